@@ -1,0 +1,3 @@
+from vllm_tune.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""Helpers every sub-command shares: error handling, exit codes and output."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+EXIT_TARGET = 3
+EXIT_INTERRUPTED = 130
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    print(f"vllm-tune: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def run_handler(handler: Handler, args: argparse.Namespace) -> int:
+    """Run a sub-command: expected failures become one line on stderr and their exit code."""
+    from pydantic import ValidationError
+
+    from vllm_tune.tools.errors import VllmTuneError
+
+    try:
+        return handler(args)
+    except VllmTuneError as exc:
+        print(f"vllm-tune: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "input"
+        print(f"vllm-tune: error: bad input: {where}: {first['msg']}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("vllm-tune: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # the last line of defence: never a traceback unless asked for
+        if os.environ.get("VLLM_TUNE_DEBUG"):
+            raise
+        print(f"vllm-tune: unexpected failure: {type(exc).__name__}: {exc} "
+              "(set VLLM_TUNE_DEBUG=1 for a traceback)", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def print_json(model: BaseModel) -> None:
+    print(model.model_dump_json(indent=2, exclude_none=False))
+
+
+def parse_key_values(text: str, *, allowed: set[str] | None = None, what: str = "value") -> dict[str, float]:
+    """Parse 'ttft=500,tpot=50' into {'ttft': 500.0, 'tpot': 50.0}."""
+    from vllm_tune.tools.errors import BadInputError
+
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, raw = part.partition("=")
+        key = key.strip().lower()
+        if not sep:
+            raise BadInputError(f"bad {what} {part!r}: expected KEY=NUMBER")
+        if allowed is not None and key not in allowed:
+            raise BadInputError(f"unknown {what} key {key!r}; expected one of {', '.join(sorted(allowed))}")
+        try:
+            out[key] = float(raw)
+        except ValueError:
+            raise BadInputError(f"bad {what} {part!r}: {raw!r} is not a number") from None
+    return out

@@ -1,0 +1,6 @@
+"""The cited knowledge base, kept as YAML data next to this file (see knowledge/README.md)."""
+
+from pathlib import Path
+
+ENTRIES_DIR = Path(__file__).parent / "entries"
+"""Folder of YAML files; each holds a list of knowledge entries."""

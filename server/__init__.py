@@ -1,0 +1,1 @@
+"""MCP wiring for vllm-tune: registers the domain tools, knowledge resources and prompts."""

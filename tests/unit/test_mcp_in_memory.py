@@ -1,0 +1,64 @@
+"""The MCP server answers a real in-memory MCP client: tools, schemas, resources and prompts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mcp import Client
+
+from vllm_tune.server.app import build_server
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_search_knowledge_returns_structured_hits() -> None:
+    async with Client(build_server(), raise_exceptions=True) as client:
+        result = await client.call_tool("search_knowledge", {"query": "preemptions kv cache thrash"})
+        assert not result.is_error
+        data = result.structured_content
+        assert data is not None
+        assert data["hits"][0]["id"] == "triage.preemption-kv-thrash"
+        assert data["hits"][0]["uri"] == "kb://entries/triage.preemption-kv-thrash"
+
+
+async def test_tool_schema_is_flat_and_annotated() -> None:
+    async with Client(build_server()) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        search = tools["search_knowledge"]
+        assert set(search.input_schema["properties"]) == {"query", "kind", "vllm_version", "limit"}
+        assert search.input_schema["required"] == ["query"]
+        assert search.output_schema is not None and "hits" in search.output_schema["properties"]
+        assert search.annotations is not None
+        assert search.annotations.read_only_hint is True
+        assert search.annotations.open_world_hint is False
+
+
+async def test_bad_arguments_are_a_tool_error_not_a_crash() -> None:
+    async with Client(build_server()) as client:
+        result = await client.call_tool("search_knowledge", {"query": "x", "limit": 0})
+        assert result.is_error
+        missing = await client.call_tool("get_knowledge_entry", {"id": "triage.no-such-rule"})
+        assert missing.is_error
+        assert "no knowledge entry" in missing.content[0].text  # type: ignore[union-attr]
+
+
+async def test_entry_resource_and_index() -> None:
+    async with Client(build_server(), raise_exceptions=True) as client:
+        templates = (await client.list_resource_templates()).resource_templates
+        assert any(t.uri_template == "kb://entries/{entry_id}" for t in templates)
+        read = await client.read_resource("kb://entries/triage.ttft-high-queue-growing")
+        text = read.contents[0].text  # type: ignore[union-attr]
+        assert "TTFT is high and the waiting queue is growing" in text
+        assert "## Sources" in text
+        index = json.loads((await client.read_resource("kb://index")).contents[0].text)  # type: ignore[union-attr]
+        assert {e["id"] for e in index} >= {"triage.preemption-kv-thrash", "triage.itl-spikes-graph-miss"}
+
+
+async def test_triage_prompts_exist() -> None:
+    async with Client(build_server(), raise_exceptions=True) as client:
+        names = {p.name for p in (await client.list_prompts()).prompts}
+        assert {"why_is_ttft_high", "why_is_throughput_low", "tune_new_deployment"} <= names
+        prompt = await client.get_prompt("why_is_ttft_high", {"target": "http://10.0.0.5:8000", "ttft_slo_ms": "500"})
+        text = prompt.messages[0].content.text  # type: ignore[union-attr]
+        assert "10.0.0.5:8000" in text and "500 ms" in text
