@@ -1,0 +1,257 @@
+"""Named derived quantities that triage rules reference (knowledge/entries/triage.yaml `signals`).
+
+A signal that cannot be computed from what was read is absent (never 0 or a guess), so a rule that needs it
+abstains. Each value carries a short note saying where it comes from.
+
+Targets: when the caller gives no SLO, latency ratios use DEFAULT_TARGETS_MS, the starter alert thresholds the
+vllm-observability skill suggests for interactive serving (attributed claim, see vllm-facts.md §2e); the output
+says that defaults were used.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from vllm_tune.tools.diagnose.logs import LogFacts, stats_seconds
+from vllm_tune.tools.diagnose.models import Capacity, Latency, ServeFlags, SignalValue, SloTargets, Workload
+from vllm_tune.tools.diagnose.quantiles import histogram_quantile
+from vllm_tune.tools.diagnose.snapshot import Histogram
+from vllm_tune.tools.diagnose.window import Window
+
+DEFAULT_TARGETS_MS = SloTargets(ttft_ms=3000.0, itl_ms=200.0, tpot_ms=200.0)
+MIN_LATENCY_OBSERVATIONS = 3
+# Below this many finished requests, rates and shares are too noisy to name a bottleneck from.
+MIN_REQUESTS_FOR_DIAGNOSIS = 3
+
+SIGNAL_DOCS: dict[str, str] = {
+    "finished_requests": "requests that finished in the window",
+    "window_seconds": "length of the observed window",
+    "ttft_p90_over_target": "p90 time to first token / TTFT target",
+    "itl_p90_over_target": "p90 inter-token latency / ITL target",
+    "tpot_p90_over_target": "p90 time per output token / TPOT target",
+    "e2el_p90_over_target": "p90 end-to-end latency / E2E target",
+    "itl_p99_over_p50": "tail-to-median ratio of inter-token latency",
+    "queue_time_share_of_ttft": "mean queue time / mean TTFT (how much of TTFT is waiting for admission)",
+    "waiting_mean": "time-averaged requests waiting (all engines)",
+    "running_mean": "time-averaged requests running (all engines)",
+    "queue_growth_per_s": "slope of the waiting count over the window",
+    "running_over_max_num_seqs": "mean running per engine / --max-num-seqs",
+    "running_max_over_max_num_seqs": "largest running count per engine / --max-num-seqs",
+    "running_max_over_capture": "largest running batch / largest captured CUDA-graph size",
+    "preemptions_per_s": "preemptions per second",
+    "preemptions_per_request": "preemptions per finished request",
+    "kv_usage_max": "highest KV-cache usage seen (fraction)",
+    "kv_usage_mean": "mean KV-cache usage over the scrapes (fraction)",
+    "kv_fit_over_max_num_seqs": "requests of the observed size the KV cache holds / --max-num-seqs",
+    "prefill_steps_p90": "engine steps a p90 prompt needs at the --max-num-batched-tokens budget",
+    "iteration_tokens_p90_over_budget": "p90 tokens per engine step / --max-num-batched-tokens",
+    "prefix_caching_enabled": "1 if prefix caching is on, 0 if off",
+    "prefix_hit_rate": "prefix-cache hit rate in the window (token weighted)",
+    "prefix_hit_rate_drop": "1 - window hit rate / lifetime hit rate",
+    "abort_fraction": "share of finished requests that were aborted",
+    "error_fraction": "share of finished requests that ended in an error",
+    "http_client_error_fraction": "share of HTTP responses with a 4xx status",
+    "admission_rejections_per_s": "API-server 503 admission rejections per second",
+    "legacy_metric_names": "count of pre-0.12 metric names seen",
+    "v0_metric_names": "count of V0-engine-only metric names seen",
+    "moe_default_config_warnings": "'Using default MoE config' warnings in the log",
+    "spec_decode_acceptance_rate": "accepted / drafted speculative tokens",
+    "deferred_share_of_waiting": "deferred waiting requests / all waiting",
+    "server_utilisation": "mean running per engine / --max-num-seqs (alias used by the client-bound rule)",
+}
+
+
+@dataclass
+class SignalSet:
+    values: dict[str, SignalValue] = field(default_factory=dict)
+
+    def put(self, name: str, value: float | None, how: str) -> None:
+        if value is None or math.isnan(value) or math.isinf(value):
+            return
+        self.values[name] = SignalValue(value=round(value, 6), how=how)
+
+    def get(self, name: str) -> float | None:
+        sv = self.values.get(name)
+        return sv.value if sv is not None else None
+
+
+@dataclass
+class Inputs:
+    window: Window | None
+    log: LogFacts | None
+    workload: Workload
+    latency: Latency
+    capacity: Capacity
+    hists: dict[str, Histogram]
+    flags: ServeFlags
+    targets: SloTargets
+    engines: int = 1
+
+
+def _ratio_to_target(s: SignalSet, name: str, p90_ms: float | None, count: int, target: float | None,
+                     what: str) -> None:
+    if p90_ms is None or target is None or count < MIN_LATENCY_OBSERVATIONS:
+        return
+    s.put(name, p90_ms / target, f"{what} p90 {p90_ms:.1f} ms / target {target:g} ms")
+
+
+def _latency_signals(s: SignalSet, x: Inputs) -> None:
+    lat, t = x.latency, x.targets
+    for key, target in (("ttft", t.ttft_ms), ("itl", t.itl_ms), ("tpot", t.tpot_ms), ("e2el", t.e2el_ms)):
+        p = getattr(lat, key)
+        if p is not None:
+            _ratio_to_target(s, f"{key}_p90_over_target", p.p90_ms, p.count, target, key.upper())
+    itl = x.hists.get("itl")
+    if itl is not None and itl.total >= 20:
+        p50, p99 = histogram_quantile(0.5, itl).value, histogram_quantile(0.99, itl).value
+        if p50 > 0:
+            s.put("itl_p99_over_p50", p99 / p50, f"ITL p99 {p99 * 1e3:.1f} ms / p50 {p50 * 1e3:.1f} ms")
+    ttft, queue = x.hists.get("ttft"), x.hists.get("queue")
+    if ttft is not None and queue is not None and ttft.count >= MIN_LATENCY_OBSERVATIONS and ttft.sum > 0:
+        s.put("queue_time_share_of_ttft", min(1.0, (queue.sum / max(queue.count, 1)) / (ttft.sum / ttft.count)),
+              "mean queue time / mean TTFT of requests finished in the window")
+
+
+def _concurrency_signals(s: SignalSet, x: Inputs) -> None:
+    w, cap, flags = x.workload, x.capacity, x.flags
+    how = w.concurrency_source or "gauges"
+    s.put("waiting_mean", w.waiting_mean, how)
+    s.put("running_mean", w.running_mean, how)
+    s.put("queue_growth_per_s", cap.queue_growth_per_s, "slope of num_requests_waiting over the scrapes")
+    engines = max(1, x.engines)
+    if flags.max_num_seqs:
+        if w.running_mean is not None:
+            per = w.running_mean / engines
+            s.put("running_over_max_num_seqs", per / flags.max_num_seqs,
+                  f"{per:.2f} running per engine / max_num_seqs {flags.max_num_seqs}")
+        if cap.running_max is not None:
+            s.put("running_max_over_max_num_seqs", cap.running_max / engines / flags.max_num_seqs,
+                  f"max running {cap.running_max:g} over {engines} engine(s) / max_num_seqs {flags.max_num_seqs}")
+    capture = flags.max_cudagraph_capture_size
+    if capture and not flags.enforce_eager and cap.running_max is not None:
+        s.put("running_max_over_capture", cap.running_max / engines / capture,
+              f"max running per engine / largest captured CUDA-graph size {capture}")
+    if cap.waiting_deferred_mean is not None and w.waiting_mean:
+        s.put("deferred_share_of_waiting", cap.waiting_deferred_mean / w.waiting_mean,
+              "mean deferred waiting / mean waiting")
+
+
+def _kv_signals(s: SignalSet, x: Inputs) -> None:
+    cap, w, flags = x.capacity, x.workload, x.flags
+    s.put("preemptions_per_s", cap.preemptions_per_s, "increase of vllm:num_preemptions over the window")
+    s.put("preemptions_per_request", cap.preemptions_per_request,
+          "preemptions / requests finished in the window")
+    samples = f"max over {cap.gauge_samples} scrape(s)" if cap.gauge_samples else "max"
+    s.put("kv_usage_max", cap.kv_usage_max, f"vllm:kv_cache_usage_perc, {samples}")
+    s.put("kv_usage_mean", cap.kv_usage_mean, "vllm:kv_cache_usage_perc, mean over the scrapes")
+    per_request = (w.prompt_tokens_mean or 0) + (w.output_tokens_mean or 0)
+    if cap.kv_cache_size_tokens and per_request > 0 and flags.max_num_seqs:
+        fit = cap.kv_cache_size_tokens / per_request
+        s.put("kv_fit_over_max_num_seqs", fit / flags.max_num_seqs,
+              f"KV cache {cap.kv_cache_size_tokens} tokens holds {fit:.1f} requests of {per_request:.0f} tokens; "
+              f"max_num_seqs {flags.max_num_seqs}")
+
+
+def _budget_signals(s: SignalSet, x: Inputs) -> None:
+    budget, w, cap = x.flags.max_num_batched_tokens, x.workload, x.capacity
+    if not budget:
+        return
+    if w.prompt_tokens_p90:
+        s.put("prefill_steps_p90", math.ceil(w.prompt_tokens_p90 / budget),
+              f"p90 prompt {w.prompt_tokens_p90:.0f} tokens / budget {budget}")
+    if cap.iteration_tokens_p90 is not None:
+        s.put("iteration_tokens_p90_over_budget", cap.iteration_tokens_p90 / budget,
+              f"vllm:iteration_tokens_total p90 {cap.iteration_tokens_p90:.0f} / budget {budget}")
+
+
+def _mix_signals(s: SignalSet, x: Inputs) -> None:
+    w, cap, window = x.workload, x.capacity, x.window
+    if cap.prefix_caching_enabled is not None:
+        s.put("prefix_caching_enabled", 1.0 if cap.prefix_caching_enabled else 0.0, "cache_config_info / log")
+    s.put("prefix_hit_rate", w.prefix_cache_hit_rate, "prefix_cache_hits / prefix_cache_queries in the window")
+    if w.prefix_cache_hit_rate is not None and w.prefix_cache_hit_rate_lifetime and window is not None:
+        queries = window.counter("prefix_cache_queries") or 0.0
+        if queries >= 1000:
+            s.put("prefix_hit_rate_drop", 1.0 - w.prefix_cache_hit_rate / w.prefix_cache_hit_rate_lifetime,
+                  f"window {w.prefix_cache_hit_rate:.1%} vs lifetime {w.prefix_cache_hit_rate_lifetime:.1%}")
+    if w.finished_requests:
+        s.put("abort_fraction", w.finish_reasons.get("abort", 0.0), "finished_reason=abort share")
+        s.put("error_fraction", w.finish_reasons.get("error", 0.0), "finished_reason=error share")
+    s.put("spec_decode_acceptance_rate", w.spec_decode_acceptance_rate, "accepted / draft tokens")
+    if window is not None:
+        rej = window.rate("admission_rejections")
+        s.put("admission_rejections_per_s", rej, "vllm:admission_rejections_total rate")
+        s.put("legacy_metric_names", float(len(window.after.legacy_names)),
+              ", ".join(sorted(window.after.legacy_names)) or "none")
+        s.put("v0_metric_names", float(len(window.after.v0_names)), ", ".join(sorted(window.after.v0_names)) or "none")
+        _http_signal(s, window, x.log)
+    elif x.log is not None:
+        _http_signal(s, None, x.log)
+    if x.log is not None:
+        s.put("moe_default_config_warnings", float(len(x.log.moe_default_config)), "server log")
+    if x.flags.max_num_seqs and w.running_mean is not None:
+        s.put("server_utilisation", w.running_mean / max(1, x.engines) / x.flags.max_num_seqs,
+              "mean running per engine / max_num_seqs")
+
+
+def _http_signal(s: SignalSet, window: Window | None, log: LogFacts | None) -> None:
+    counts: dict[str, float] = {}
+    how = ""
+    if window is not None and window.after.http_requests:
+        before = window.before.http_requests if window.before is not None else {}
+        counts = {k: v - before.get(k, 0.0) for k, v in window.after.http_requests.items()}
+        how = "http_requests_total by status class in the window"
+    elif log is not None and log.http_status:
+        counts = {k: float(v) for k, v in log.http_status.items()}
+        how = "access-log status codes"
+    total = sum(v for v in counts.values() if v > 0)
+    if total >= 10:
+        s.put("http_client_error_fraction", max(0.0, counts.get("4xx", 0.0)) / total, how)
+
+
+def _log_only_signals(s: SignalSet, log: LogFacts) -> None:
+    """From the periodic stats lines when no metrics were read."""
+    # Idle intervals would dilute the means: judge the intervals in which something ran or waited.
+    lines = [x for x in log.stats if x.running or x.waiting] or log.stats
+    if not lines:
+        return
+    how = f"{len(lines)} busy periodic stats line(s) in the log"
+    s.put("waiting_mean", sum(x.waiting for x in lines) / len(lines), how)
+    s.put("running_mean", sum(x.running for x in lines) / len(lines), how)
+    usages = [x.kv_usage for x in lines if x.kv_usage is not None]
+    if usages:
+        s.put("kv_usage_max", max(usages), how)
+        s.put("kv_usage_mean", sum(usages) / len(usages), how)
+    seconds = stats_seconds(log)
+    preempted = sum(x.preemptions for x in lines)
+    if seconds:
+        s.put("preemptions_per_s", preempted / seconds, f"'Preemptions:' fields over {seconds:.0f} s of stats lines")
+    if len(lines) >= 2:
+        first, last = lines[0], lines[-1]
+        if seconds and seconds > 0:
+            s.put("queue_growth_per_s", (last.waiting - first.waiting) / seconds, how)
+    hits = [x.prefix_hit_rate for x in lines if x.prefix_hit_rate is not None]
+    if hits:
+        s.put("prefix_hit_rate", hits[-1], "rolling prefix hit rate in the last stats line")
+
+
+def compute_signals(x: Inputs) -> SignalSet:
+    s = SignalSet()
+    window = x.window
+    if window is not None:
+        if x.workload.finished_requests is not None:
+            s.put("finished_requests", float(x.workload.finished_requests), "request_success_total increase")
+        if window.seconds:
+            s.put("window_seconds", window.seconds, "time between the first and last scrape")
+        _latency_signals(s, x)
+        _concurrency_signals(s, x)
+        _kv_signals(s, x)
+        _budget_signals(s, x)
+    elif x.log is not None:
+        _log_only_signals(s, x.log)
+        _concurrency_signals(s, x)
+    _mix_signals(s, x)
+    return s
+
+
