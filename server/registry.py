@@ -8,6 +8,7 @@ with the model's descriptions and constraints, and the body receives the validat
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
@@ -56,8 +57,14 @@ def add_model_tool(
     params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
     hints: dict[str, Any] = {"ctx": Context, "return": output_model}
     for field_name, field in input_model.model_fields.items():
-        annotation = Annotated[field.annotation, field]  # type: ignore[name-defined]
         default = inspect.Parameter.empty if field.is_required() else field.get_default(call_default_factory=True)
+        meta = field
+        if field.default_factory is not None:
+            # The signature carries the default itself; a FieldInfo may not hold both kinds of default.
+            meta = copy.copy(field)
+            meta.default_factory = None
+            meta.default = default
+        annotation = Annotated[field.annotation, meta]  # type: ignore[name-defined]
         params.append(inspect.Parameter(field_name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                                         default=default))
         hints[field_name] = annotation

@@ -62,3 +62,34 @@ async def test_triage_prompts_exist() -> None:
         prompt = await client.get_prompt("why_is_ttft_high", {"target": "http://10.0.0.5:8000", "ttft_slo_ms": "500"})
         text = prompt.messages[0].content.text  # type: ignore[union-attr]
         assert "10.0.0.5:8000" in text and "500 ms" in text
+
+
+async def test_fields_with_default_factories_become_flat_arguments() -> None:
+    from mcp.server import MCPServer
+    from mcp.server.mcpserver import Context
+    from mcp.types import ToolAnnotations
+    from pydantic import BaseModel, Field
+
+    from vllm_tune.server.registry import add_model_tool
+
+    class In(BaseModel):
+        names: list[str] = Field(default_factory=lambda: ["a"], description="names to echo")
+        count: int = 1
+
+    class Out(BaseModel):
+        echoed: list[str]
+
+    async def run(request: In, ctx: Context) -> Out:
+        return Out(echoed=request.names * request.count)
+
+    server: MCPServer = MCPServer("t")
+    add_model_tool(server, name="echo", title="Echo", description="echo names", input_model=In, output_model=Out,
+                   run=run, annotations=ToolAnnotations(read_only_hint=True))
+    async with Client(server, raise_exceptions=True) as client:
+        schema = {t.name: t for t in (await client.list_tools()).tools}["echo"].input_schema
+        assert schema["properties"]["names"]["default"] == ["a"]
+        assert schema["properties"]["names"]["description"] == "names to echo"
+        plain = await client.call_tool("echo", {"count": 2})
+        assert plain.structured_content == {"echoed": ["a", "a"]}
+        given = await client.call_tool("echo", {"names": ["x"]})
+        assert given.structured_content == {"echoed": ["x"]}
