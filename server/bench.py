@@ -1,0 +1,135 @@
+"""run_benchmark over MCP: inline runs with progress, background runs with run ids, status, results, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.types import ToolAnnotations
+
+from vllm_tune.server.registry import add_model_tool
+from vllm_tune.tools.bench.api import (
+    BenchmarkResultsOutput,
+    CancelOutput,
+    RunBenchmarkInput,
+    RunBenchmarkOutput,
+    RunRef,
+    benchmark_status,
+    check_target,
+    load_results,
+    run_benchmark,
+)
+from vllm_tune.tools.bench.store import ResultStore, RunStatus, new_run_id, results_dir
+
+log = logging.getLogger(__name__)
+
+_SENDS_LOAD = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                              open_world_hint=True)
+_READS_RESULTS = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                                 open_world_hint=False)
+_CANCELS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                           open_world_hint=False)
+
+
+@dataclass
+class _Background:
+    task: asyncio.Task[RunBenchmarkOutput]
+    stop: list[bool] = field(default_factory=lambda: [False])
+
+
+_RUNS: dict[str, _Background] = {}
+
+
+async def start_background(request: RunBenchmarkInput) -> RunBenchmarkOutput:
+    check_target(request)  # refuse bad targets now, not in the background
+    rid = new_run_id()
+    flag = [False]
+
+    async def body() -> RunBenchmarkOutput:
+        try:
+            return await run_benchmark(request, stop=lambda: flag[0], run_id=rid)
+        except Exception as exc:
+            log.warning("background benchmark %s failed: %s", rid, exc)
+            raise
+
+    task = asyncio.create_task(body())
+    _RUNS[rid] = _Background(task, flag)
+    store = ResultStore(results_dir(request.save_result))
+    return RunBenchmarkOutput(run_id=rid, state="running",
+                              result_path=str(store.run_dir(rid) / "result.json"),
+                              warnings=["running in the background: poll benchmark_status, then read "
+                                        "benchmark_results; cancel_benchmark stops it"])
+
+
+def cancel(ref: RunRef) -> CancelOutput:
+    run = _RUNS.get(ref.run_id)
+    if run is None:
+        status = benchmark_status(ref)
+        return CancelOutput(run_id=ref.run_id, cancelled=False,
+                            message=f"run is {status.state} and not running in this server process")
+    if run.task.done():
+        return CancelOutput(run_id=ref.run_id, cancelled=False, message="run already finished")
+    run.stop[0] = True
+    return CancelOutput(run_id=ref.run_id, cancelled=True,
+                        message="stopping: requests in flight are aborted; finished ones are kept in the results")
+
+
+def register(mcp: MCPServer[Any]) -> None:
+    async def _run(request: RunBenchmarkInput, ctx: Context) -> RunBenchmarkOutput:
+        if request.background:
+            return await start_background(request)
+
+        async def report(progress: float, total: float | None, message: str) -> None:
+            await ctx.report_progress(progress, total, message)
+
+        return await run_benchmark(request, report=report)
+
+    add_model_tool(
+        mcp, name="run_benchmark", title="Load-test a vLLM endpoint (SLO goodput, capacity search)",
+        description=(
+            "Send real load to a vLLM OpenAI endpoint and measure it the way `vllm bench serve` does: TTFT, "
+            "TPOT (first token excluded), pooled ITL and E2EL in ms with mean/median/std/percentiles, throughput "
+            "and SLO goodput, with the same result field names. Use it to answer 'what rate can this deployment "
+            "sustain with p99 TTFT under X?' (search_capacity=true with slo={'ttft': X}) or to measure one load "
+            "point (concurrency=N for a closed loop, or rate=R req/s Poisson/gamma). The result also says whether "
+            "the client kept its schedule (client_check) and what the server's /metrics showed in the same window "
+            "(queue, running, KV usage, preemptions, server-side TTFT). It SENDS LOAD: only to allowed targets, "
+            "and a non-loopback target needs confirm=true, which you must only set after the user agreed. Long "
+            "runs: background=true returns a run_id at once; poll benchmark_status, then benchmark_results."
+        ),
+        input_model=RunBenchmarkInput, output_model=RunBenchmarkOutput, run=_run, annotations=_SENDS_LOAD,
+    )
+
+    async def _status(request: RunRef, ctx: Context) -> RunStatus:
+        return benchmark_status(request)
+
+    add_model_tool(
+        mcp, name="benchmark_status", title="Progress of a benchmark run",
+        description="State (running, completed, cancelled, failed, lost) and request counts of a run_benchmark "
+                    "run, by the run_id it returned.",
+        input_model=RunRef, output_model=RunStatus, run=_status, annotations=_READS_RESULTS,
+    )
+
+    async def _results(request: RunRef, ctx: Context) -> BenchmarkResultsOutput:
+        return load_results(request)
+
+    add_model_tool(
+        mcp, name="benchmark_results", title="Results of a finished benchmark run",
+        description="The saved result JSON of a finished run_benchmark run (vllm bench serve fields plus "
+                    "client_check, server and provenance blocks, or the capacity search), by run_id.",
+        input_model=RunRef, output_model=BenchmarkResultsOutput, run=_results, annotations=_READS_RESULTS,
+    )
+
+    async def _cancel(request: RunRef, ctx: Context) -> CancelOutput:
+        return cancel(request)
+
+    add_model_tool(
+        mcp, name="cancel_benchmark", title="Stop a background benchmark run",
+        description="Stop a background run_benchmark run promptly; requests already finished are kept and saved "
+                    "as partial results (state 'cancelled').",
+        input_model=RunRef, output_model=CancelOutput, run=_cancel, annotations=_CANCELS,
+    )

@@ -1,0 +1,83 @@
+"""run_benchmark against the real vLLM CPU server of the test suite, side by side with `vllm bench serve`.
+
+Tolerances are wide on purpose: two shared cores make step times vary run to run (FEASIBILITY.md);
+counts and token totals must agree exactly, timings within run-to-run noise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllm_tune.tools.bench.api import RunBenchmarkInput, run_benchmark
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+INPUT_LEN, OUTPUT_LEN, PROMPTS, RATE = 64, 32, 50, 10.0
+PER_REQUEST_ARRAYS = {"latencies", "queue_times"}
+
+
+def run_vllm_bench(url: str, model: str, tokenizer: Path, out_dir: Path) -> dict[str, Any]:
+    from support.vllm_env import VLLM_CLI, ensure_vllm_python  # the test-infrastructure helpers
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    cmd = [str(ensure_vllm_python()), str(VLLM_CLI), "bench", "serve", "--backend", "vllm", "--base-url", url,
+           "--model", model, "--tokenizer", str(tokenizer), "--dataset-name", "random",
+           "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN),
+           "--num-prompts", str(PROMPTS), "--request-rate", str(RATE), "--ignore-eos", "--save-result",
+           "--result-dir", str(out_dir), "--result-filename", "f.json", "--percentile-metrics", "ttft,tpot,itl,e2el",
+           "--metric-percentiles", "50,90,99", "--disable-tqdm"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data: dict[str, Any] = json.loads((out_dir / "f.json").read_text())
+    return data
+
+
+async def test_agrees_with_vllm_bench_serve(vllm_server: Any, tiny_models: Any, tmp_path: Path) -> None:
+    theirs = run_vllm_bench(vllm_server.url, vllm_server.model, tiny_models.llama, tmp_path / "vllm")
+    out = await run_benchmark(RunBenchmarkInput(
+        url=vllm_server.url, model=vllm_server.model, rate=RATE, num_prompts=PROMPTS, input_len=INPUT_LEN,
+        output_len=OUTPUT_LEN, percentiles=[50, 90, 99], warmup_requests=0, save_result=str(tmp_path / "ours")))
+    assert out.result is not None
+    ours = out.result.model_dump()
+    missing = set(theirs) - set(ours)
+    assert not missing, f"fields of vllm bench serve missing from ours: {sorted(missing)}"
+    assert ours["completed"] == theirs["completed"] == PROMPTS
+    assert ours["failed"] == theirs["failed"] == 0
+    assert ours["total_output_tokens"] == theirs["total_output_tokens"] == PROMPTS * OUTPUT_LEN
+    # Ours builds exact lengths through the server's tokenizer; vLLM's random dataset may be off by a few.
+    assert ours["total_input_tokens"] == PROMPTS * INPUT_LEN
+    assert abs(theirs["total_input_tokens"] - PROMPTS * INPUT_LEN) <= PROMPTS * 0.05 * INPUT_LEN
+    # Both send a Poisson schedule at 10 req/s; their seeds differ, so durations differ by schedule noise.
+    assert ours["request_throughput"] == pytest.approx(theirs["request_throughput"], rel=0.25)
+    for metric, floor_ms in (("ttft", 25.0), ("tpot", 4.0), ("itl", 4.0), ("e2el", 120.0)):
+        a, b = ours[f"mean_{metric}_ms"], theirs[f"mean_{metric}_ms"]
+        assert abs(a - b) <= max(floor_ms, 0.6 * b), f"mean {metric}: ours {a:.2f} ms vs vllm {b:.2f} ms"
+    server = ours["server"]
+    assert server["scrapes"] >= 3
+    assert server["requests_finished"] == PROMPTS
+    assert server["generation_tokens"] == PROMPTS * OUTPUT_LEN
+    assert server["max_running"] >= 1 and server["max_kv_cache_usage"] > 0
+    assert server["server_mean_ttft_ms"] is not None and server["server_mean_queue_time_ms"] is not None
+    assert server["cache_config"].get("block_size")
+    # The server's own ITL over the window and ours agree closely: the client adds no delay of its own.
+    assert abs(server["server_mean_itl_ms"] - ours["mean_itl_ms"]) <= max(1.5, 0.25 * ours["mean_itl_ms"])
+    assert ours["provenance"]["server_version"] and ours["provenance"]["serve_flags_from_metrics"]
+
+
+async def test_capacity_search_on_real_server(vllm_server: Any, tmp_path: Path) -> None:
+    out = await run_benchmark(RunBenchmarkInput(
+        url=vllm_server.url, model=vllm_server.model, input_len=32, output_len=16, search_capacity=True,
+        slo={"e2el": 3000}, slo_percentile=90, search_prompts=20, search_max=6.0, search_repeats=1,
+        warmup_requests=0, save_result=str(tmp_path)))
+    cap = out.capacity
+    assert cap is not None and cap.curve
+    assert cap.capacity is not None and 0 < cap.capacity <= 6.0
+    assert all(p.completed == 20 for p in cap.curve)
+    saved = json.loads(Path(out.result_path or "").read_text())
+    assert saved["capacity"]["capacity"] == cap.capacity

@@ -1,0 +1,374 @@
+"""Drive load: open loop (a precomputed send schedule) or closed loop (fixed concurrency).
+
+The runner keeps the measurement honest about itself: every request records when the schedule
+wanted it sent and when it really went out, so a run where the client fell behind (schedule lag, CPU
+saturation) is flagged instead of being reported as the server's latency. When one process cannot
+keep up with the schedule the load is spread over worker processes that share one monotonic clock
+(perf_counter is CLOCK_MONOTONIC on Linux, system-wide). Cancellation stops sending at once, aborts
+requests in flight and keeps every finished request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import math
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from vllm_tune.tools.bench.client import ENDPOINT_PATHS
+from vllm_tune.tools.bench.metrics import RequestRecord, percentile
+from vllm_tune.tools.bench.transport import StreamingPool
+from vllm_tune.tools.net.http import SecretRedactor
+
+CANCELLED = "cancelled"
+# One asyncio process holds a few hundred streaming requests per second on one core; above this the
+# automatic choice spreads the schedule over more processes.
+RATE_PER_PROCESS = 350.0
+CONCURRENCY_PER_PROCESS = 256
+
+
+@dataclass
+class LoadPlan:
+    base_url: str
+    endpoint: Literal["completions", "chat"]
+    bodies: list[bytes]
+    offsets: list[float] | None = None  # open loop when set
+    concurrency: int | None = None  # closed loop size, or the in-flight cap of an open loop
+    duration_s: float | None = None  # stop sending after this long
+    timeout_s: float = 600.0
+    grace_s: float = 30.0  # after the send window, how long requests in flight may finish
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def open_loop(self) -> bool:
+        return self.offsets is not None
+
+    def pool_size(self, share: int) -> int:
+        if self.concurrency:
+            return max(1, min(self.concurrency, share))
+        return max(1, min(share, 1024))
+
+
+@dataclass
+class RunOutcome:
+    records: list[RequestRecord]
+    duration: float
+    started_at: float
+    cancelled: bool
+    stop_reason: str
+    workers: int
+    client_cpu_s: float
+    sent: int
+
+
+class Progress:
+    """Counters the caller can poll while a run is in flight."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.failed = 0
+        self.sent = 0
+
+
+class _Sender:
+    """One process's share of a plan: its connection pool, prepared requests and records."""
+
+    def __init__(self, plan: LoadPlan, indices: list[int], t0: float, stop: Callable[[], bool], progress: Progress,
+                 concurrency: int | None) -> None:
+        self.plan, self.indices, self.t0, self.stop, self.progress = plan, indices, t0, stop, progress
+        self.concurrency = concurrency
+        self.chat = plan.endpoint == "chat"
+        self.records: list[RequestRecord] = []
+        self.deadline = t0 + plan.duration_s if plan.duration_s else math.inf
+        self.reason = "completed"
+        self.tasks: set[asyncio.Task[None]] = set()
+        redact = SecretRedactor([plan.api_key] if plan.api_key else None)
+        self.pool = StreamingPool(plan.base_url, max_connections=concurrency or plan.pool_size(len(indices)),
+                                  timeout_s=plan.timeout_s, api_key=plan.api_key, redact=redact)
+        path = ENDPOINT_PATHS[plan.endpoint]
+        self.wire = {i: self.pool.request_bytes(path, plan.bodies[i]) for i in indices}  # ready before the clock
+
+    async def one(self, rec: RequestRecord, i: int) -> None:
+        try:
+            await self.pool.send(self.wire[i], rec, chat=self.chat)
+        except asyncio.CancelledError:
+            rec.success = False
+            rec.error = CANCELLED
+            raise
+        finally:
+            self.progress.done += 1
+            if not rec.success:
+                self.progress.failed += 1
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _new_record(self, i: int, intended: float) -> RequestRecord:
+        rec = RequestRecord(index=i, intended_send=intended)
+        self.records.append(rec)
+        self.progress.sent += 1
+        return rec
+
+    async def _wait_until(self, target: float) -> None:
+        delay = target - time.perf_counter()
+        while delay > 0:  # sliced so that a cancel is seen within 0.1 s even between sparse sends
+            await asyncio.sleep(min(delay, 0.1))
+            if self.stop():
+                return
+            delay = target - time.perf_counter()
+
+    async def open_loop(self) -> None:
+        assert self.plan.offsets is not None
+        sem = asyncio.Semaphore(self.concurrency) if self.concurrency else None
+
+        async def capped(rec: RequestRecord, i: int) -> None:
+            assert sem is not None
+            async with sem:
+                await self.one(rec, i)
+
+        for i in self.indices:
+            target = self.t0 + self.plan.offsets[i]
+            if target >= self.deadline:
+                self.reason = "duration"
+                break
+            await self._wait_until(target)
+            if self.stop():
+                self.reason = CANCELLED
+                break
+            rec = self._new_record(i, target)
+            self._spawn(capped(rec, i) if sem else self.one(rec, i))
+
+    async def closed_loop(self) -> None:
+        cursor = iter(self.indices)
+
+        async def user() -> None:
+            for i in cursor:
+                now = time.perf_counter()
+                if now >= self.deadline or self.stop():
+                    self.reason = "duration" if now >= self.deadline else CANCELLED
+                    return
+                await self.one(self._new_record(i, now), i)
+
+        await self._wait_until(self.t0)
+        for _ in range(self.concurrency or 1):
+            self._spawn(user())
+
+
+async def _drive(plan: LoadPlan, indices: list[int], t0: float, stop: Callable[[], bool],
+                 progress: Progress, concurrency: int | None) -> tuple[list[RequestRecord], str]:
+    """Send this process's share of the plan; returns its records and why sending stopped."""
+    sender = _Sender(plan, indices, t0, stop, progress, concurrency)
+    try:
+        if plan.open_loop:
+            await sender.open_loop()
+        else:
+            await sender.closed_loop()
+        await _settle(sender.tasks, stop, plan, sender.deadline)
+        if stop():
+            sender.reason = CANCELLED
+    finally:
+        sender.pool.close()
+    return sender.records, sender.reason
+
+
+async def _settle(tasks: set[asyncio.Task[None]], stop: Callable[[], bool], plan: LoadPlan, deadline: float) -> None:
+    """Wait for requests in flight; abort them on cancel or once the grace period after the window ends."""
+    hard_end = deadline + plan.grace_s if math.isfinite(deadline) else math.inf
+    while tasks:
+        if stop() or time.perf_counter() >= hard_end:
+            for task in list(tasks):
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            return
+        await asyncio.sleep(0.02)
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _worker_entry(plan: LoadPlan, indices: list[int], concurrency: int | None, ready: Any, start: Any,
+                  stop_event: Any, results: Any, worker_id: int) -> None:
+    """Body of one load-generating worker process."""
+    gc.freeze()  # long-lived objects from the parent; fewer collection pauses during the run
+    progress = Progress(len(indices))
+    ready.put(worker_id)
+    t0 = float(start.get())
+
+    async def report() -> None:
+        last = (0, 0)
+        while True:
+            await asyncio.sleep(0.25)
+            now = (progress.done, progress.failed)
+            if now != last:
+                results.put(("progress", worker_id, now[0] - last[0], now[1] - last[1]))
+                last = now
+
+    async def main() -> tuple[list[RequestRecord], str]:
+        reporter = asyncio.create_task(report())
+        try:
+            return await _drive(plan, indices, t0, stop_event.is_set, progress, concurrency)
+        finally:
+            reporter.cancel()
+
+    records, reason = asyncio.run(main())
+    results.put(("progress", worker_id, 0, 0))
+    results.put(("done", worker_id, [r.to_tuple() for r in records], reason,
+                 time.process_time()))
+
+
+def choose_workers(plan: LoadPlan, requested: int | None) -> int:
+    cpus = os.cpu_count() or 1
+    if requested:
+        return max(1, min(requested, 64))
+    if plan.open_loop:
+        assert plan.offsets is not None
+        span = plan.offsets[-1] if plan.offsets else 0.0
+        rate = len(plan.offsets) / span if span > 0 else 0.0
+        return max(1, min(cpus, math.ceil(rate / RATE_PER_PROCESS)))
+    return max(1, min(cpus, math.ceil((plan.concurrency or 1) / CONCURRENCY_PER_PROCESS)))
+
+
+async def run_load(plan: LoadPlan, *, workers: int, stop: Callable[[], bool], progress: Progress,
+                   start_delay_s: float = 0.02) -> RunOutcome:
+    """Run the plan in this process (workers=1) or spread over `workers` processes."""
+    n = len(plan.bodies)
+    cpu0 = _cpu_seconds()
+    if workers <= 1:
+        t0 = time.perf_counter() + start_delay_s
+        records, reason = await _drive(plan, list(range(n)), t0, stop, progress, plan.concurrency)
+        end = time.perf_counter()
+        return RunOutcome(records, max(0.0, end - t0), t0, reason == CANCELLED, reason, 1, _cpu_seconds() - cpu0,
+                          len(records))
+    return await _run_multiprocess(plan, workers, stop, progress, cpu0)
+
+
+def _split_concurrency(total: int | None, workers: int) -> list[int | None]:
+    if not total:
+        return [None] * workers
+    return [total // workers + (1 if w < total % workers else 0) for w in range(workers)]
+
+
+async def _run_multiprocess(plan: LoadPlan, workers: int, stop: Callable[[], bool], progress: Progress,
+                            cpu0: float) -> RunOutcome:
+    ctx = mp.get_context("spawn")
+    ready, results = ctx.Queue(), ctx.Queue()
+    starts = [ctx.Queue() for _ in range(workers)]
+    stop_event = ctx.Event()
+    shares = _split_concurrency(plan.concurrency, workers)
+    workers = sum(1 for s in shares if s is None or s > 0)
+    procs = []
+    for w in range(workers):
+        indices = list(range(w, len(plan.bodies), workers))
+        proc = ctx.Process(target=_worker_entry, args=(plan, indices, shares[w], ready, starts[w], stop_event,
+                                                       results, w), daemon=True)
+        proc.start()
+        procs.append(proc)
+    try:
+        for _ in range(workers):
+            await asyncio.to_thread(ready.get, True, 120)
+        t0 = time.perf_counter() + 0.05
+        for q in starts:
+            q.put(t0)
+        records: list[RequestRecord] = []
+        reasons: list[str] = []
+        finished = 0
+        while finished < workers:
+            if stop():
+                stop_event.set()
+            try:
+                msg = await asyncio.to_thread(results.get, True, 0.2)
+            except queue_mod.Empty:
+                if not any(p.is_alive() for p in procs) and results.empty():
+                    raise RuntimeError("a load worker process exited without results") from None
+                continue
+            if msg[0] == "progress":
+                progress.done += msg[2]
+                progress.failed += msg[3]
+                progress.sent = progress.done
+            else:
+                records.extend(RequestRecord.from_tuple(t) for t in msg[2])
+                reasons.append(msg[3])
+                finished += 1
+        end = time.perf_counter()
+    finally:
+        stop_event.set()
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+    records.sort(key=lambda r: r.index)
+    cancelled = CANCELLED in reasons
+    reason = CANCELLED if cancelled else ("duration" if "duration" in reasons else "completed")
+    last_done = max((r.start_time + r.latency for r in records if r.success), default=end)
+    duration = max(0.0, min(end, last_done + 0.01) - t0) if records else 0.0
+    return RunOutcome(records, duration, t0, cancelled, reason, workers, _cpu_seconds() - cpu0, len(records))
+
+
+@dataclass
+class ScheduleCheck:
+    """How well the client kept its own schedule."""
+
+    p50_lag_ms: float
+    p99_lag_ms: float
+    max_lag_ms: float
+    target_rate: float | None
+    achieved_send_rate: float | None
+    client_cpu_s: float
+    client_cpu_per_1k_requests_s: float
+    client_limited: bool
+    reasons: list[str]
+
+
+def check_schedule(outcome: RunOutcome, plan: LoadPlan, *, lag_limit_ms: float = 5.0) -> ScheduleCheck:
+    sent = [r for r in outcome.records if r.start_time > 0]
+    lags = sorted(max(0.0, r.schedule_lag) * 1000.0 for r in sent)
+    reasons: list[str] = []
+    target = achieved = None
+    if plan.open_loop and plan.offsets and len(sent) > 1:
+        window = plan.offsets[len(sent) - 1] - plan.offsets[0]
+        target = (len(sent) - 1) / window if window > 0 else None
+        span = max(r.start_time for r in sent) - min(r.start_time for r in sent)
+        achieved = (len(sent) - 1) / span if span > 0 else None
+    p99 = percentile(lags, 99.0)
+    capped = bool(plan.open_loop and plan.concurrency)
+    if plan.open_loop and not capped and p99 > lag_limit_ms:
+        reasons.append(f"p99 schedule lag {p99:.1f} ms > {lag_limit_ms:.0f} ms: the client sent late, so latencies "
+                       "include client delay; use more worker processes or a lower rate")
+    if target and achieved and not capped and achieved < 0.98 * target:
+        reasons.append(f"the client sent {achieved:.1f} req/s of the {target:.1f} req/s scheduled")
+    wall = max(outcome.duration, 1e-9)
+    cores = min(outcome.workers, os.cpu_count() or 1)
+    if outcome.client_cpu_s / wall > 0.9 * cores:
+        reasons.append(f"the client used {outcome.client_cpu_s / wall:.2f} CPU cores of {cores} it may use: "
+                       "it was CPU-bound")
+    return ScheduleCheck(
+        p50_lag_ms=percentile(lags, 50.0), p99_lag_ms=p99, max_lag_ms=lags[-1] if lags else 0.0,
+        target_rate=target, achieved_send_rate=achieved, client_cpu_s=outcome.client_cpu_s,
+        client_cpu_per_1k_requests_s=outcome.client_cpu_s * 1000.0 / max(1, len(sent)),
+        client_limited=bool(reasons), reasons=reasons)
+
+
+async def warm_up(plan: LoadPlan, bodies: list[bytes], concurrency: int) -> int:
+    """Send warm-up requests that are not measured; returns how many succeeded."""
+    if not bodies:
+        return 0
+    warm = LoadPlan(plan.base_url, plan.endpoint, bodies, None, max(1, min(concurrency, len(bodies))), None,
+                    plan.timeout_s, plan.grace_s, plan.api_key)
+    outcome = await run_load(warm, workers=1, stop=lambda: False, progress=Progress(len(bodies)), start_delay_s=0.0)
+    with contextlib.suppress(Exception):
+        gc.collect()
+    return sum(1 for r in outcome.records if r.success)
