@@ -4,3 +4,6 @@ from pathlib import Path
 
 ENTRIES_DIR = Path(__file__).parent / "entries"
 """Folder of YAML files; each holds a list of knowledge entries."""
+
+SAMPLES_DIR = Path(__file__).parent / "samples"
+"""Real captures from a vLLM server, shipped so `vllm-tune demo` works offline (see samples/README.md)."""
