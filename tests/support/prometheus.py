@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from .vllm_env import PROVISION_HINT, ComponentMissingError
-from .vllm_server import free_port, stop_process_group
+from .vllm_server import free_port, stop_process_group, wait_ready
 
 _live: set[PrometheusServer] = set()
 
@@ -101,21 +101,11 @@ def start_prometheus(targets: list[str], scrape_interval_s: float = 1, timeout_s
     server = PrometheusServer(proc, port, workdir)
     _live.add(server)
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {proc.returncode}:\n{server.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(server.url + "/-/ready", timeout=2).status_code == 200:
-                    return server
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"prometheus not ready after {timeout_s:.0f} s")
-            time.sleep(0.3)
+        wait_ready(proc, server.url + "/-/ready", timeout_s, "prometheus", lambda: server.log_path.read_text()[-3000:])
     except BaseException:
         server.stop()
         raise
+    return server
 
 
 @atexit.register

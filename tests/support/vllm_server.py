@@ -112,21 +112,28 @@ def start_vllm(
     server = VllmServer(proc, port, name or str(model), log_path, extra)
     _live.add(server)
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {proc.returncode} during start:\n{_tail(server.log_text())}")
-            try:
-                if httpx.get(server.url + "/health", timeout=2).status_code == 200:
-                    return server
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"vLLM not healthy after {timeout_s:.0f} s:\n{_tail(server.log_text())}")
-            time.sleep(0.5)
+        wait_ready(proc, server.url + "/health", timeout_s, "vLLM", lambda: _tail(server.log_text()), poll_s=0.5)
     except BaseException:
         server.stop()
         raise
+    return server
+
+
+def wait_ready(proc: subprocess.Popen[bytes], ready_url: str, timeout_s: float, what: str,
+               log_tail: Callable[[], str], poll_s: float = 0.3) -> None:
+    """Poll `ready_url` until it answers 200; fail with the log tail if the process dies or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} during start:\n{log_tail()}")
+        try:
+            if httpx.get(ready_url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready after {timeout_s:.0f} s:\n{log_tail()}")
+        time.sleep(poll_s)
 
 
 @atexit.register

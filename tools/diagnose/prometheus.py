@@ -147,11 +147,24 @@ def read_prometheus(client: httpx.Client, base: str, *, selector: str | None, mo
     matchers = _matchers(check_selector(selector), None)
     stop = end if end is not None else time.time()
     start = stop - window_s
-    before = _snapshot_at(client, base, matchers, start, f"{base} @start")
     after = _snapshot_at(client, base, matchers, stop, f"{base} @end")
     samples = _gauge_samples(client, base, matchers, start, stop)
+    caveats: list[str] = []
+    try:
+        before = _snapshot_at(client, base, matchers, start, f"{base} @start")
+    except TargetError:
+        # Scraping began inside the range (a new replica, a fresh Prometheus): use the range from the first
+        # sample on rather than refusing, and say the window is shorter than asked.
+        first = next((s.timestamp for s in samples if s.timestamp is not None and start < s.timestamp < stop), None)
+        if first is None:
+            raise
+        before = _snapshot_at(client, base, matchers, first, f"{base} @first sample")
+        caveats.append(f"Prometheus has these series only since {time.strftime('%H:%M:%SZ', time.gmtime(first))}: "
+                       f"the window is {stop - first:.0f} s instead of {window_s:g} s")
+        start, window_s = first, stop - first
     cross = _cross_check(client, base, _matchers(check_selector(selector), model), stop, window_s)
-    caveats = [] if samples else ["Prometheus returned no gauge samples in the range; gauges are read at the ends"]
+    if not samples:
+        caveats.append("Prometheus returned no gauge samples in the range; gauges are read at the ends")
     window = Window(after=after, before=before, seconds=window_s, samples=samples, caveats=caveats)
     used = [f"Prometheus {base}: instant queries at {start:.0f} and {stop:.0f} ({window_s:g} s), range query "
             f"of running/waiting/KV gauges" + (f", selector {{{matchers}}}" if matchers else "")]

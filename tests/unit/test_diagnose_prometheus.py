@@ -1,0 +1,59 @@
+"""The Prometheus reader against a scripted Prometheus HTTP API (the real server is covered in integration)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from vllm_tune.tools.diagnose.prometheus import read_prometheus
+from vllm_tune.tools.errors import TargetError
+
+FIRST_SCRAPE = 1_000.0  # Prometheus has the series from here on
+END = 1_060.0
+
+
+def _series(name: str, value: float, **labels: str) -> dict[str, Any]:
+    return {"metric": {"__name__": name, "engine": "0", "model_name": "m", **labels}, "value": [0, str(value)]}
+
+
+def _api(first_scrape: float) -> httpx.MockTransport:
+    def handle(request: httpx.Request) -> httpx.Response:
+        params = request.url.params
+        if request.url.path == "/api/v1/query_range":
+            start, end = float(params["start"]), float(params["end"])
+            t = max(start, first_scrape)
+            values = []
+            while t <= end:
+                values.append([t, "1"])
+                t += 10
+            result = [{"metric": {"__name__": "vllm:num_requests_running", "engine": "0", "model_name": "m"},
+                       "values": values}]
+            return httpx.Response(200, json={"status": "success", "data": {"result": result}})
+        query, at = params["query"], float(params.get("time", END))
+        if query.startswith("histogram_quantile"):
+            return httpx.Response(200, json={"status": "success", "data": {"result": []}})
+        if at < first_scrape:
+            result: list[dict[str, Any]] = []
+        else:
+            done = 0.0 if at == first_scrape else 30.0
+            result = [_series("vllm:num_requests_running", 1), _series("vllm:num_requests_waiting", 0),
+                      _series("vllm:request_success_total", done, finished_reason="length")]
+        return httpx.Response(200, content=json.dumps({"status": "success", "data": {"result": result}}))
+
+    return httpx.MockTransport(handle)
+
+
+def test_range_starting_before_the_first_scrape_is_shortened_and_said() -> None:
+    client = httpx.Client(transport=_api(FIRST_SCRAPE))
+    window, _, _ = read_prometheus(client, "http://prom", selector=None, model=None, window_s=300, end=END)
+    assert window.seconds == pytest.approx(END - FIRST_SCRAPE)
+    assert any("instead of 300 s" in c for c in window.caveats)
+
+
+def test_no_series_anywhere_is_a_target_error() -> None:
+    client = httpx.Client(transport=_api(first_scrape=10_000.0))
+    with pytest.raises(TargetError, match="no vllm:\\* series"):
+        read_prometheus(client, "http://prom", selector=None, model=None, window_s=300, end=END)
