@@ -116,7 +116,7 @@ DEFECTS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     ),
     "duplicate id": (
         _extra_file("entries:" + _GOOD_ENTRY.replace("lever.defect-probe", "flag.max-num-seqs")),
-        ["duplicate", "flag.max-num-seqs"],
+        ["zz_defect.yaml", "duplicate", "flag.max-num-seqs", "flags.yaml"],
     ),
     "dangling related id": (
         _extra_file("entries:" + _GOOD_ENTRY + "    related: [lever.does-not-exist]\n"),

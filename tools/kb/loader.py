@@ -88,8 +88,13 @@ def load_from(folder: Path) -> KnowledgeBase:
     if not folder.is_dir():
         raise KnowledgeError(f"knowledge folder {folder} is missing")
     entries: list[Entry] = []
+    seen: dict[str, str] = {}
     for path in sorted(folder.rglob("*.yaml")):
-        entries.extend(_entries_in(path))
+        for entry in _entries_in(path):
+            if entry.id in seen:
+                raise KnowledgeError(f"{path.name}: entry {entry.id}: duplicate id (first defined in {seen[entry.id]})")
+            seen[entry.id] = path.name
+            entries.append(entry)
     kb = KnowledgeBase(entries)
     dangling = kb.dangling_references()
     if dangling:
