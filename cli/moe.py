@@ -1,0 +1,111 @@
+"""`vllm-tune moe MODEL --gpu TYPE`: fused-MoE config file names, coverage, tuning and verification."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from vllm_tune.cli.common import print_json
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("moe", help="find, tune and verify fused-MoE kernel configs",
+                       description="Compute the fused-MoE config file vLLM looks for, check whether it exists, "
+                                   "read a log for the default-config warning, tune it on a GPU, verify it.")
+    p.add_argument("model", help="catalog id, local model dir, config.json or Hugging Face id")
+    p.add_argument("--gpu", required=True, help="GPU type (H100, H200, B200, MI300X...) or torch device name")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--dp", type=int, default=1)
+    p.add_argument("--ep", action="store_true", help="expert parallelism (--enable-expert-parallel)")
+    p.add_argument("--dtype", help="auto (default), bf16, fp8_w8a8, int8_w8a16, int4_w4a16, ...")
+    p.add_argument("--log-file", help="vLLM server log to read for MoE config lines")
+    p.add_argument("--tuned-folder", help="VLLM_TUNED_CONFIG_FOLDER to check / write (default: the env var)")
+    p.add_argument("--mode", choices=("check", "plan", "tune", "verify"), default=None)
+    p.add_argument("--tune", action="store_true", help="same as --mode tune")
+    p.add_argument("--budget", type=float, metavar="MIN", help="time budget for tuning, minutes")
+    p.add_argument("--batch-sizes", type=int, nargs="+", metavar="N")
+    p.add_argument("--search", choices=("quick", "pruned", "full"), default="pruned")
+    p.add_argument("--backend", choices=("triton", "cpu", "cost-model"), default="triton",
+                   help="kernel timer (cpu and cost-model are test backends)")
+    p.add_argument("--vllm-version", help="vLLM version whose shipped configs to check")
+    p.add_argument("--vllm-python", help="python of an environment with vLLM (package configs, real lookup)")
+    p.add_argument("--output-dir", help="where tuning writes (default: --tuned-folder or ./moe_configs)")
+    p.add_argument("--baseline-results", nargs="+", default=[], metavar="FILE", help="verify: A results")
+    p.add_argument("--tuned-results", nargs="+", default=[], metavar="FILE", help="verify: B results")
+    p.add_argument("--offline", action="store_true", help="never contact the Hugging Face hub")
+    p.add_argument("--yes", action="store_true", help="confirm the tuning job (it occupies the GPUs)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_moe)
+
+
+def _moe(args: argparse.Namespace) -> int:
+    from vllm_tune.tools.moe.api import MoeInput, run_moe
+
+    mode = "tune" if args.tune else (args.mode or "check")
+    req = MoeInput(model=args.model, gpu=args.gpu, tp=args.tp, dp=args.dp, ep=args.ep, dtype=args.dtype,
+                   log_file=args.log_file, tuned_folder=args.tuned_folder, mode=mode, batch_sizes=args.batch_sizes,
+                   budget_minutes=args.budget, confirm=args.yes, vllm_version=args.vllm_version,
+                   vllm_python=args.vllm_python, output_dir=args.output_dir, backend=args.backend, search=args.search,
+                   baseline_results=args.baseline_results, tuned_results=args.tuned_results, offline=args.offline)
+
+    shown = [False]
+
+    def progress(done: int, total: int, message: str) -> None:
+        if not args.json:
+            shown[0] = True
+            print(f"\r[{done}/{total}] {message[:90]:<90}", end="", file=sys.stderr, flush=True)
+
+    out = run_moe(req, progress=progress)
+    if shown[0]:
+        print(file=sys.stderr)
+    if args.json:
+        print_json(out)
+        return 0
+    _print_text(out)
+    if out.tune is not None and not out.tune.ran:
+        return 1
+    return 0
+
+
+def _print_text(out: Any) -> None:
+    print(f"{out.model} on {out.gpu}: {out.layout}")
+    print(f"  config file : {out.config_file_name}")
+    if out.down_config_file_name:
+        print(f"  optional    : {out.down_config_file_name} (down projection, vLLM >= 0.34)")
+    print(f"  status      : {out.status}" + (f" ({out.found_at})" if out.found_at else ""))
+    print(f"  meaning     : {out.meaning}")
+    for near in out.nearest:
+        print(f"  nearest     : {near.file_name}  [{near.relation}]")
+    if out.log is not None:
+        print(f"  log         : {out.log.summary}")
+        for line in out.log.lines:
+            match = "" if line.matches_expected is None else (" (this layout)" if line.matches_expected else
+                                                             " (another shape)")
+            print(f"    line {line.line_no}: {line.kind} {line.file_name or '?'}{match}")
+    if out.plan is not None:
+        print(f"  plan        : {out.plan.total_points} points over {len(out.plan.batch_sizes)} batch sizes, "
+              f"~{out.plan.estimated_minutes} min on {out.plan.workers} worker(s) (rough)")
+        for step in out.plan.steps:
+            print(f"    - {step}")
+    print(f"  tune with   : {out.tune_command}")
+    print(f"  or vLLM's   : {out.vllm_script_command}")
+    if out.tune is not None:
+        if out.tune.ran:
+            print(f"\n  tuned       : {out.tune.measured}/{out.tune.total} points, complete={out.tune.complete}, "
+                  f"stopped={out.tune.stopped}, wrote {out.tune.written}")
+        if out.tune.reason:
+            print(f"  note        : {out.tune.reason}")
+    if out.verify is not None:
+        v = out.verify
+        print(f"  verify      : loaded={v.loaded_by_lookup} file={v.file} batch sizes={v.batch_sizes}")
+        for problem in v.problems:
+            print(f"    problem: {problem}")
+        for m in v.ab_result:
+            print(f"    {m.metric}: {m.baseline} -> {m.tuned} {m.unit} ({m.change_pct:+}%, noise "
+                  f"{m.noise_pct if m.noise_pct is not None else '?'}%) {m.verdict}")
+        for step in v.ab_plan:
+            print(f"    - {step}")
+    for note in out.notes:
+        print(f"  note        : {note}")
+    print(f"  knowledge   : {', '.join(out.knowledge_ids)}")

@@ -1,0 +1,81 @@
+"""tune_moe over MCP: fused-MoE config names, coverage, log reading, tuning (confirmed, budgeted) and verification."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from vllm_tune.server.registry import add_model_tool
+from vllm_tune.tools.moe.api import MoeInput, MoeOutput, local_gpu_names, run_moe
+
+log = logging.getLogger(__name__)
+
+# mode=tune occupies GPUs for up to the budget and writes a config file, so the tool as a whole is not read-only.
+_TUNE_MOE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
+
+
+class TuneConfirmation(BaseModel):
+    confirm: bool = Field(description="run the tuning job now")
+
+
+async def _confirmed(request: MoeInput, ctx: Context) -> bool:
+    """Ask the user through MCP elicitation; False when the client cannot ask or the user says no."""
+    message = (f"Tune fused-MoE kernel configs for {request.model} on {request.gpu} (TP {request.tp}, DP {request.dp},"
+               f" EP {'on' if request.ep else 'off'})? This occupies the GPU(s) for up to "
+               f"{request.budget_minutes or 0:g} minutes and writes a config file.")
+    try:
+        answer = await ctx.elicit(message, TuneConfirmation)
+    except Exception as exc:  # the client does not support elicitation: fall back to the explicit flag
+        log.info("elicitation unavailable: %s", exc)
+        return False
+    data = getattr(answer, "data", None)
+    return getattr(answer, "action", "") == "accept" and bool(getattr(data, "confirm", False))
+
+
+def register(mcp: MCPServer[Any]) -> None:
+    async def _run(request: MoeInput, ctx: Context) -> MoeOutput:
+        # Only ask when a job could actually start here; otherwise tune returns the plan and the reason anyway.
+        can_run = request.backend != "triton" or bool(await anyio.to_thread.run_sync(local_gpu_names))
+        wants = request.mode == "tune" and not request.confirm and request.budget_minutes is not None
+        if wants and can_run and await _confirmed(request, ctx):
+            request = request.model_copy(update={"confirm": True})
+        cancel = threading.Event()
+
+        def progress(done: int, total: int, message: str) -> None:
+            try:
+                anyio.from_thread.run(ctx.report_progress, done, total, message)
+            except Exception:  # progress is best effort; never fail the tuning job over it
+                log.debug("progress report failed", exc_info=True)
+
+        try:
+            return await anyio.to_thread.run_sync(lambda: run_moe(request, progress=progress, cancel=cancel))
+        except anyio.get_cancelled_exc_class():
+            cancel.set()
+            raise
+
+    add_model_tool(
+        mcp, name="tune_moe", title="Find, tune and verify fused-MoE kernel configs",
+        description=(
+            "For an MoE model served by vLLM on a given GPU and layout (tp, dp, ep, dtype), compute the exact "
+            "tuned-config file name vLLM looks for (E=..,N=..,device_name=..[,dtype=..][,block_shape=..].json), "
+            "check whether VLLM_TUNED_CONFIG_FOLDER or the vLLM release ships it (status tuned/shipped/missing), list "
+            "the nearest existing configs, and read a server log (log_text/log_file) for the 'Using default MoE "
+            "config' warning. mode=check and mode=plan are read-only; plan adds the search size, a time estimate and "
+            "the exact command to run on a GPU machine. mode=tune runs a tuning job on this machine's GPUs: it needs "
+            "confirm=true (set it only after the user agreed) and budget_minutes, occupies the GPUs for up to that "
+            "budget and writes the config file; without a matching GPU it returns the plan and says why. "
+            "mode=verify loads the written file through vLLM's lookup rules and, given benchmark result files "
+            "(baseline_results without the config, tuned_results with it), reports the end-to-end difference "
+            "against its noise. Cites knowledge ids."
+        ),
+        input_model=MoeInput, output_model=MoeOutput, run=_run, annotations=_TUNE_MOE,
+    )
