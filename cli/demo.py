@@ -10,7 +10,7 @@ from typing import Any
 
 # The demo's own scenario: one recorded overload, one dense and one MoE deployment question.
 PLAN_MODEL, PLAN_GPU, PLAN_GPUS = "meta-llama/Llama-3.1-70B-Instruct", "H100", 8
-MOE_MODEL, MOE_GPU, MOE_TP = "mistralai/Mixtral-8x7B-Instruct-v0.1", "H200", 2
+MOE_MODEL, MOE_GPU, MOE_TP = "mistralai/Mixtral-8x7B-Instruct-v0.1", "B200", 2
 
 
 def register(sub: Any) -> None:
@@ -65,32 +65,37 @@ def _diagnose(as_json: bool) -> dict[str, Any]:
     return out.model_dump(mode="json")
 
 
-def _plan(as_json: bool) -> dict[str, Any] | None:
-    try:
-        from vllm_tune.tools.parallel.api import PlanInput, recommend_parallelism
-    except ImportError:
-        return None
+def _plan(as_json: bool) -> dict[str, Any]:
+    from vllm_tune.tools.parallel import PlanInput, recommend_parallelism
+
     out = recommend_parallelism(PlanInput(model=PLAN_MODEL, gpu=PLAN_GPU, gpus=PLAN_GPUS, goal="latency",
-                                          offline=True))
+                                          offline=True, top=2))
     if not as_json:
         _section(f"recommend_parallelism: {PLAN_MODEL} on {PLAN_GPUS}x {PLAN_GPU}, goal latency")
-        for cand in out.candidates[:2]:
-            print(f"  TP{cand.tensor_parallel_size} PP{cand.pipeline_parallel_size} DP{cand.data_parallel_size}"
-                  f"{' EP' if cand.enable_expert_parallel else ''}: {cand.command}")
-        print(f"  {len(out.rejected)} layouts rejected, each with the rule that rejects it")
-    return out.model_dump(mode="json")
+        for cand in out.candidates:
+            print(f"  {cand.command}")
+            if cand.estimate is not None:
+                est = cand.estimate
+                print(f"    estimate (roofline, not a measurement): TTFT {est.ttft_ms:.0f} ms, "
+                      f"TPOT {est.tpot_ms:.1f} ms; reasons: {', '.join(dict.fromkeys(r.id for r in cand.reasons))}")
+        print(f"  {len(out.rejected)} layout(s) rejected, each with the rule that rejects it")
+    dumped: dict[str, Any] = out.model_dump(mode="json")
+    return dumped
 
 
-def _moe(as_json: bool) -> dict[str, Any] | None:
-    try:
-        from vllm_tune.tools.moe.api import MoeInput, tune_moe
-    except ImportError:
-        return None
-    out = tune_moe(MoeInput(model=MOE_MODEL, gpu=MOE_GPU, tp=MOE_TP, mode="check"))
+def _moe(as_json: bool) -> dict[str, Any]:
+    from vllm_tune.tools.moe.api import MoeInput, run_moe
+
+    out = run_moe(MoeInput(model=MOE_MODEL, gpu=MOE_GPU, tp=MOE_TP, mode="check", offline=True))
     if not as_json:
         _section(f"tune_moe check: {MOE_MODEL} on {MOE_GPU}, TP{MOE_TP}")
-        print(f"  vLLM looks for {out.config_file_name}: {out.status}")
-    return out.model_dump(mode="json")
+        print(f"  vLLM looks for {out.config_file_name}")
+        print(f"  {out.status}: {out.meaning}")
+        for near in out.nearest[:2]:
+            print(f"  nearest: {near.file_name} [{near.relation}]")
+        print(f"  tune it on a {MOE_GPU}: {out.tune_command}")
+    dumped: dict[str, Any] = out.model_dump(mode="json")
+    return dumped
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -98,10 +103,8 @@ def _demo(args: argparse.Namespace) -> int:
     if not as_json:
         print("vllm-tune demo: offline, on embedded data (no server, GPU or network needed)")
     result: dict[str, Any] = {"knowledge": _knowledge(as_json), "diagnose": _diagnose(as_json)}
-    for key, step in (("plan", _plan), ("moe", _moe)):
-        got = step(as_json)
-        if got is not None:
-            result[key] = got
+    result["plan"] = _plan(as_json)
+    result["moe"] = _moe(as_json)
     if as_json:
         json.dump(result, sys.stdout, indent=2)
         print()

@@ -25,3 +25,21 @@ def test_demo_json_has_one_block_per_step(capsys: pytest.CaptureFixture[str]) ->
     assert data["knowledge"]["search"]["hits"][0]["id"] == "triage.ttft-high-queue-growing"
     assert data["diagnose"]["findings"][0]["id"] == "triage.ttft-high-queue-growing"
     assert data["diagnose"]["server"]["version"] == "0.32.0"
+
+
+def test_demo_checks_moe_coverage_offline(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--json"]) == 0
+    moe = json.loads(capsys.readouterr().out)["moe"]
+    assert moe["config_file_name"] == "E=8,N=7168,device_name=NVIDIA_B200.json"
+    assert moe["status"] == "missing"
+    assert any(n["file_name"] == "E=8,N=7168,device_name=NVIDIA_H200.json" for n in moe["nearest"])
+
+
+def test_demo_plans_a_catalog_model_offline(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert plan["feasible"] is True
+    top = plan["candidates"][0]
+    assert top["command"].startswith("vllm serve meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size ")
+    assert top["tensor_parallel_size"] * top["pipeline_parallel_size"] * top["data_parallel_size"] <= 8
+    assert top["estimate"]["label"] == "estimate"
