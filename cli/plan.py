@@ -75,7 +75,7 @@ def _plan(args: argparse.Namespace) -> int:
         print_json(out)
     else:
         print(render_plan(out))
-    return 0 if out.feasible else 1
+    return 0  # "nothing fits" is an answer (feasible=false, with what would fit), not a failure
 
 
 def _candidate_lines(c: Candidate) -> list[str]:

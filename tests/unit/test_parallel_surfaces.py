@@ -33,8 +33,8 @@ def test_cli_json_and_slo(capsys: pytest.CaptureFixture[str]) -> None:
             "expert_parallel_size", "command", "env", "memory", "estimate", "reasons", "warnings"} <= set(first)
 
 
-def test_cli_infeasible_exit_1_and_bad_input_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "llama-3.1-405b", "--gpu", "L40S", "--gpus", "2"]) == 1
+def test_cli_infeasible_is_an_answer_and_bad_input_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "llama-3.1-405b", "--gpu", "L40S", "--gpus", "2"]) == 0
     assert "what would fit" in capsys.readouterr().out
     assert main(["plan", "llama-3.1-8b", "--gpu", "nope", "--gpus", "2"]) == 2
     assert main(["plan", "llama-3.1-8b", "--gpu", "H100", "--gpus", "2", "--slo", "ttft=fast"]) == 2
