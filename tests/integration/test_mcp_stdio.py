@@ -11,7 +11,7 @@ import anyio
 import httpx
 import pytest
 from mcp import Client, StdioServerParameters
-from support.vllm_server import free_port, stop_process_group
+from support.vllm_server import VllmServer, free_port, stop_process_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -70,3 +70,35 @@ def test_public_bind_without_token_is_refused() -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+async def test_core_tools_over_stdio_against_a_real_server(vllm_server: VllmServer) -> None:
+    """An assistant's first three calls, end to end: diagnose a live server, plan, check MoE coverage."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "vllm_tune.cli", "mcp"])
+    with anyio.fail_after(120):
+        async with Client(params) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert {"diagnose_metrics", "recommend_parallelism", "tune_moe", "run_benchmark"} <= set(tools)
+            assert tools["diagnose_metrics"].annotations is not None
+            assert tools["diagnose_metrics"].annotations.read_only_hint is True
+            assert tools["run_benchmark"].annotations is not None
+            assert tools["run_benchmark"].annotations.read_only_hint is False
+
+            diag = await client.call_tool("diagnose_metrics", {"url": vllm_server.url, "window_s": 2,
+                                                               "sample_interval_s": 0.5})
+            assert not diag.is_error, diag.content
+            assert diag.structured_content is not None
+            assert diag.structured_content["server"]["version"] == "0.32.0"
+            assert diag.structured_content["verdict"].startswith("idle")
+
+            plan = await client.call_tool("recommend_parallelism", {"model": "meta-llama/Llama-3.1-8B-Instruct",
+                                                                    "gpu": "H100", "gpus": 2, "offline": True})
+            assert not plan.is_error, plan.content
+            assert plan.structured_content is not None
+            assert plan.structured_content["candidates"][0]["command"].startswith("vllm serve ")
+
+            moe = await client.call_tool("tune_moe", {"model": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+                                                      "gpu": "H200", "tp": 2, "offline": True})
+            assert not moe.is_error, moe.content
+            assert moe.structured_content is not None
+            assert moe.structured_content["config_file_name"] == "E=8,N=7168,device_name=NVIDIA_H200.json"
