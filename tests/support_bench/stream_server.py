@@ -4,7 +4,10 @@ Raw asyncio protocol (no framework) so that the server costs little CPU; with --
 processes accept on one listening socket so it is never the bottleneck. Token k of a response is
 emitted at (request received + TTFT + k * ITL), scheduled against absolute deadlines so delays do not
 accumulate; how late the event loop actually emitted is tracked and exposed on /debug/stats, so a
-client's measured bias can be separated from the server's own lateness.
+client's measured bias can be separated from the server's own lateness. The loop runs on a selector
+with microsecond timeouts (the stock epoll one rounds up to whole milliseconds), and a request counts
+as received when the poll that saw its bytes returned, so neither the ms rounding nor the parsing of
+other connections' data in the same iteration is added to the injected delays.
 
 Tokenizer: whitespace words; a word `t<N>` is token id N, anything else hashes to an id; a prompt
 counts one extra token for BOS (like Llama tokenizers). /tokenize and /detokenize round-trip `t<N>`
@@ -21,6 +24,8 @@ import asyncio
 import json
 import os
 import resource
+import select
+import selectors
 import signal
 import socket
 import sys
@@ -64,6 +69,23 @@ class Config:
 
 STATS = Stats()
 CFG = Config()
+
+
+class PreciseSelector(selectors.EpollSelector):
+    """epoll with microsecond timeouts (via select() on the epoll descriptor); notes when each poll returned."""
+
+    polled_at = 0.0
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is not None and timeout > 0 and self.fileno() < 1024:
+            select.select([self.fileno()], [], [], timeout)
+            timeout = 0
+        ready = super().select(timeout)
+        self.polled_at = time.monotonic()  # the clock of loop.time()
+        return ready
+
+
+SELECTOR = PreciseSelector()
 
 
 class Conn(asyncio.Protocol):
@@ -152,6 +174,7 @@ class Conn(asyncio.Protocol):
             self.send(200, {"requests": STATS.requests, "auth_ok": STATS.auth_ok, "auth_bad": STATS.auth_bad,
                             "first_emit_lag_ms": STATS.first_lag_sum / max(1, STATS.first_n) * 1000,
                             "token_emit_lag_ms": STATS.token_lag_sum / max(1, STATS.token_n) * 1000,
+                            "first_emit_lag_sum_ms": STATS.first_lag_sum * 1000, "first_emits": STATS.first_n,
                             "cpu_s": ru.ru_utime + ru.ru_stime, "pid": os.getpid(),
                             "last_headers": STATS.last_headers, "bodies": STATS.bodies[-5:]})
         elif path == "/health":
@@ -173,7 +196,7 @@ class Conn(asyncio.Protocol):
         self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                              b"Transfer-Encoding: chunked\r\n\r\n")
         loop = asyncio.get_running_loop()
-        t_recv = loop.time()
+        t_recv = min(loop.time(), SELECTOR.polled_at or loop.time())
 
         def event(k: int) -> bytes:
             if chat:
@@ -260,6 +283,13 @@ async def serve(sock: socket.socket) -> None:
         await stop.wait()
 
 
+def run(sock: socket.socket) -> None:
+    global SELECTOR
+    SELECTOR = PreciseSelector()  # one per process (a forked child must not share the parent's epoll)
+    with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(SELECTOR)) as runner:
+        runner.run(serve(sock))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ttft-ms", type=float, default=50.0)
@@ -281,14 +311,14 @@ def main() -> None:
     for _ in range(args.procs - 1):
         pid = os.fork()
         if pid == 0:
-            asyncio.run(serve(sock))
+            run(sock)
             os._exit(0)
         children.append(pid)
     pids += children
 
     print(json.dumps({"port": sock.getsockname()[1], "pids": pids}), flush=True)
     try:
-        asyncio.run(serve(sock))
+        run(sock)
     finally:
         for c in children:
             try:

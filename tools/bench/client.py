@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from vllm_tune.tools.bench.metrics import RequestRecord
 
 Endpoint = Literal["completions", "chat"]
+# Events are UTF-8 by the SSE spec: decoding them directly skips json.loads' encoding sniffing, a
+# measurable share of the per-token cost at thousands of events per second.
+_decode_json = json.JSONDecoder().decode
 ENDPOINT_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
@@ -72,7 +75,7 @@ class StreamTimer:
             payload = line[5:].strip()
             if payload == b"[DONE]" or not payload:
                 continue
-            data = json.loads(payload)
+            data = _decode_json(payload.decode())
             choices = data.get("choices")
             if choices:
                 first = choices[0]

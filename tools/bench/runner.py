@@ -6,6 +6,11 @@ saturation) is flagged instead of being reported as the server's latency. When o
 keep up with the schedule the load is spread over worker processes that share one monotonic clock
 (perf_counter is CLOCK_MONOTONIC on Linux, system-wide). Cancellation stops sending at once, aborts
 requests in flight and keeps every finished request.
+
+Each share of the load runs on its own event loop built on transport.PreciseSelector (sub-millisecond
+timers, reads stamped at poll time): a worker process's main loop, or, for one process, a thread next
+to the caller's loop, so the caller's own work (progress reports, /metrics scrapes) never sits between
+a scheduled send and the socket.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import math
 import multiprocessing as mp
 import os
 import queue as queue_mod
 import resource
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,13 +32,18 @@ from typing import Any, Literal
 
 from vllm_tune.tools.bench.client import ENDPOINT_PATHS
 from vllm_tune.tools.bench.metrics import RequestRecord, percentile
-from vllm_tune.tools.bench.transport import StreamingPool
+from vllm_tune.tools.bench.transport import Clock, StreamingPool, precise_loop
 from vllm_tune.tools.net.http import SecretRedactor
 
 CANCELLED = "cancelled"
-# One asyncio process holds a few hundred streaming requests per second on one core; above this the
-# automatic choice spreads the schedule over more processes.
-RATE_PER_PROCESS = 350.0
+# Client CPU per request, measured with bench/bench_loadgen.py on the 2-core box: ~0.15 ms fixed (task,
+# write, record) plus ~0.05 ms per token event that arrives in its own read. An open-loop share is
+# sized to use at most PROCESS_CPU_SHARE of a core: busier loops stamp arrivals late, and an extra
+# process costs an interpreter start and competes with a server on the same box (measured: on 2 cores
+# one process matched or beat two at 600 and 1,000 req/s, in p99 lag, and used half the CPU).
+REQUEST_CPU_S = 150e-6
+EVENT_CPU_S = 50e-6
+PROCESS_CPU_SHARE = 0.5
 CONCURRENCY_PER_PROCESS = 256
 
 
@@ -83,7 +95,7 @@ class _Sender:
     """One process's share of a plan: its connection pool, prepared requests and records."""
 
     def __init__(self, plan: LoadPlan, indices: list[int], t0: float, stop: Callable[[], bool], progress: Progress,
-                 concurrency: int | None) -> None:
+                 concurrency: int | None, clock: Clock) -> None:
         self.plan, self.indices, self.t0, self.stop, self.progress = plan, indices, t0, stop, progress
         self.concurrency = concurrency
         self.chat = plan.endpoint == "chat"
@@ -93,7 +105,7 @@ class _Sender:
         self.tasks: set[asyncio.Task[None]] = set()
         redact = SecretRedactor([plan.api_key] if plan.api_key else None)
         self.pool = StreamingPool(plan.base_url, max_connections=concurrency or plan.pool_size(len(indices)),
-                                  timeout_s=plan.timeout_s, api_key=plan.api_key, redact=redact)
+                                  timeout_s=plan.timeout_s, api_key=plan.api_key, redact=redact, clock=clock)
         path = ENDPOINT_PATHS[plan.endpoint]
         self.wire = {i: self.pool.request_bytes(path, plan.bodies[i]) for i in indices}  # ready before the clock
 
@@ -166,9 +178,10 @@ class _Sender:
 
 
 async def _drive(plan: LoadPlan, indices: list[int], t0: float, stop: Callable[[], bool],
-                 progress: Progress, concurrency: int | None) -> tuple[list[RequestRecord], str]:
+                 progress: Progress, concurrency: int | None,
+                 clock: Clock = time.perf_counter) -> tuple[list[RequestRecord], str]:
     """Send this process's share of the plan; returns its records and why sending stopped."""
-    sender = _Sender(plan, indices, t0, stop, progress, concurrency)
+    sender = _Sender(plan, indices, t0, stop, progress, concurrency, clock)
     try:
         if plan.open_loop:
             await sender.open_loop()
@@ -217,17 +230,29 @@ def _worker_entry(plan: LoadPlan, indices: list[int], concurrency: int | None, r
                 results.put(("progress", worker_id, now[0] - last[0], now[1] - last[1]))
                 last = now
 
+    loop, clock = precise_loop()
+
     async def main() -> tuple[list[RequestRecord], str]:
         reporter = asyncio.create_task(report())
         try:
-            return await _drive(plan, indices, t0, stop_event.is_set, progress, concurrency)
+            return await _drive(plan, indices, t0, stop_event.is_set, progress, concurrency, clock)
         finally:
             reporter.cancel()
 
-    records, reason = asyncio.run(main())
+    with asyncio.Runner(loop_factory=lambda: loop) as runner:
+        records, reason = runner.run(main())
     results.put(("progress", worker_id, 0, 0))
     results.put(("done", worker_id, [r.to_tuple() for r in records], reason,
                  time.process_time()))
+
+
+def _tokens_per_request(plan: LoadPlan, default: int = 128) -> int:
+    """The output length the first request asks for (every body of a plan is built alike)."""
+    try:
+        body = json.loads(plan.bodies[0]) if plan.bodies else {}
+        return int(body.get("max_tokens") or body.get("max_completion_tokens") or default)
+    except (ValueError, TypeError, AttributeError):
+        return default
 
 
 def choose_workers(plan: LoadPlan, requested: int | None) -> int:
@@ -238,7 +263,8 @@ def choose_workers(plan: LoadPlan, requested: int | None) -> int:
         assert plan.offsets is not None
         span = plan.offsets[-1] if plan.offsets else 0.0
         rate = len(plan.offsets) / span if span > 0 else 0.0
-        return max(1, min(cpus, math.ceil(rate / RATE_PER_PROCESS)))
+        cpu = rate * (REQUEST_CPU_S + EVENT_CPU_S * _tokens_per_request(plan))
+        return max(1, min(cpus, math.ceil(cpu / PROCESS_CPU_SHARE)))
     return max(1, min(cpus, math.ceil((plan.concurrency or 1) / CONCURRENCY_PER_PROCESS)))
 
 
@@ -249,11 +275,34 @@ async def run_load(plan: LoadPlan, *, workers: int, stop: Callable[[], bool], pr
     cpu0 = _cpu_seconds()
     if workers <= 1:
         t0 = time.perf_counter() + start_delay_s
-        records, reason = await _drive(plan, list(range(n)), t0, stop, progress, plan.concurrency)
+        records, reason = await _drive_in_thread(plan, list(range(n)), t0, stop, progress)
         end = time.perf_counter()
         return RunOutcome(records, max(0.0, end - t0), t0, reason == CANCELLED, reason, 1, _cpu_seconds() - cpu0,
                           len(records))
     return await _run_multiprocess(plan, workers, stop, progress, cpu0)
+
+
+async def _drive_in_thread(plan: LoadPlan, indices: list[int], t0: float, stop: Callable[[], bool],
+                           progress: Progress) -> tuple[list[RequestRecord], str]:
+    """_drive on a precise loop in a thread of its own; cancelling the caller aborts the load promptly."""
+    abort = threading.Event()
+
+    def halted() -> bool:
+        return abort.is_set() or stop()
+
+    def body() -> tuple[list[RequestRecord], str]:
+        loop, clock = precise_loop()
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
+            return runner.run(_drive(plan, indices, t0, halted, progress, plan.concurrency, clock))
+
+    done = asyncio.get_running_loop().run_in_executor(None, body)
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        abort.set()  # the thread cancels its requests in flight within one settle tick
+        with contextlib.suppress(Exception):
+            await done
+        raise
 
 
 def _split_concurrency(total: int | None, workers: int) -> list[int | None]:

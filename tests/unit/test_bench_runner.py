@@ -1,0 +1,122 @@
+"""Runner plumbing: the precise event loop, read timestamps, worker sizing and prompt cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from vllm_tune.tools.bench.arrivals import rate_schedule
+from vllm_tune.tools.bench.client import build_body
+from vllm_tune.tools.bench.runner import LoadPlan, Progress, choose_workers, run_load
+from vllm_tune.tools.bench.transport import precise_loop
+
+
+def test_precise_loop_never_wakes_a_timer_early() -> None:
+    loop, _clock = precise_loop()
+    lateness: list[float] = []
+
+    async def main() -> None:
+        for delay in (0.0002, 0.0007, 0.0013, 0.003):
+            target = time.perf_counter() + delay
+            await asyncio.sleep(delay)
+            lateness.append(time.perf_counter() - target)
+
+    with asyncio.Runner(loop_factory=lambda: loop) as runner:
+        runner.run(main())
+    assert len(lateness) == 4 and min(lateness) >= 0.0
+
+
+def test_reads_are_stamped_when_the_poll_returned() -> None:
+    loop, clock = precise_loop()
+    seen: list[tuple[float, float]] = []
+    a, b = socket.socketpair()
+
+    class Reader(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            seen.append((clock(), time.perf_counter()))
+
+    async def main() -> float:
+        await loop.connect_accepted_socket(Reader, a)
+        sent = time.perf_counter()
+        b.send(b"x")
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.001)
+        return sent
+
+    try:
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
+            sent = runner.run(main())
+    finally:
+        b.close()
+    assert seen, "the reader got nothing"
+    stamped, handled = seen[0]
+    assert sent <= stamped <= handled
+
+
+def _plan(rate: float, tokens: int, n: int = 600) -> LoadPlan:
+    body = build_body("completions", "m", "hello", tokens, ignore_eos=True)
+    return LoadPlan("http://127.0.0.1:9", "completions", [body] * n, rate_schedule(n, rate))
+
+
+def test_worker_count_follows_rate_times_stream_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert choose_workers(_plan(50, 4), None) == 1
+    assert choose_workers(_plan(600, 4), None) == 1  # short streams: one process holds hundreds per second
+    assert choose_workers(_plan(600, 256), None) > choose_workers(_plan(600, 16), None) > 1
+    assert choose_workers(_plan(2000, 256), None) == 8  # capped by the cores
+    assert choose_workers(_plan(2000, 256), 3) == 3  # an explicit choice wins
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """Accepts connections and never answers: every request stays in flight."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    conns: list[socket.socket] = []
+    done = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.1)
+        while not done.is_set():
+            try:
+                conns.append(srv.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        done.set()
+        t.join()
+        for c in conns:
+            c.close()
+        srv.close()
+
+
+@pytest.mark.anyio
+async def test_cancelling_the_caller_aborts_the_load_thread(silent_server: int) -> None:
+    body = build_body("completions", "m", "hello", 4, ignore_eos=True)
+    plan = LoadPlan(f"http://127.0.0.1:{silent_server}", "completions", [body] * 200, rate_schedule(200, 50.0),
+                    timeout_s=30.0)
+    progress = Progress(200)
+    task = asyncio.create_task(run_load(plan, workers=1, stop=lambda: False, progress=progress))
+    await asyncio.sleep(0.3)
+    assert progress.sent >= 3
+    started = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - started < 1.0
+    sent = progress.sent
+    await asyncio.sleep(0.1)
+    assert progress.sent == sent  # nothing goes out after the cancel
