@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from vllm_tune.cli.common import parse_key_values, print_json
@@ -34,6 +35,7 @@ def register(sub: Any) -> None:
     p.add_argument("--max-model-len", type=int, help="context length to plan for")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--vllm-version", default="0.34.0", help="vLLM version the command must be valid for")
+    p.add_argument("--head-address", help="head node address for multi-node commands (default: HEAD_NODE_IP)")
     p.add_argument("--revision", help="hub revision for Hugging Face ids")
     p.add_argument("--offline", action="store_true", help="never contact the hub (catalog and cache only)")
     p.add_argument("--top", type=int, default=5, help="candidates to show")
@@ -68,7 +70,7 @@ def _plan(args: argparse.Namespace) -> int:
         goal=args.goal, isl=args.isl, osl=args.osl, concurrency=args.concurrency, rate=args.rate,
         slo_ttft_ms=ttft, slo_tpot_ms=tpot, quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
         max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
-        vllm_version=args.vllm_version, top=args.top,
+        vllm_version=args.vllm_version, head_address=args.head_address, top=args.top,
     )
     out = recommend_parallelism(request)
     if args.json:
@@ -78,10 +80,27 @@ def _plan(args: argparse.Namespace) -> int:
     return 0  # "nothing fits" is an answer (feasible=false, with what would fit), not a failure
 
 
+def _with_env(command: str, env: dict[str, str]) -> str:
+    return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())), command])
+
+
+def _launch_lines(c: Candidate) -> list[str]:
+    if not c.node_commands:
+        return [f"    {_with_env(c.command, c.env)}"]
+    lines = [f"    {c.launch}: {len(c.node_commands)} nodes, one command each"]
+    for n in c.node_commands:
+        ranks = n.data_parallel_ranks
+        dp = f", DP ranks {ranks[0]}-{ranks[-1]}" if ranks else ""
+        lines.append(f"    node {n.node} ({n.role}, {n.gpus} GPUs{dp}):")
+        lines.extend(f"      {_with_env(step, n.env)}" for step in n.prepare)
+        lines.append(f"      {_with_env(n.command, n.env)}")
+    return lines
+
+
 def _candidate_lines(c: Candidate) -> list[str]:
     m = c.memory
     lines = [f"#{c.rank}  {c.label()}  ({c.gpus_used} GPUs, score {c.score:.3g})",
-             f"    {c.command}",
+             *_launch_lines(c),
              f"    memory/GPU: weights {m.weights_gib:.1f} + activations {m.activation_gib:.1f} + overhead "
              f"{m.overhead_gib:.1f} of {m.usable_gib:.1f} GiB usable -> KV {m.kv_cache_gib:.1f} GiB = "
              f"{m.kv_tokens_per_replica:,} tokens/replica ({m.max_concurrency_at_max_len:.1f}x max-len requests)"]

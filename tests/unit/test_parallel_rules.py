@@ -86,7 +86,7 @@ def test_layouts_cover_every_split() -> None:
 
 def test_command_uses_known_flags_and_drops_unknown_versions() -> None:
     cmd, dropped = build_command("org/model", layout(2, 2, 2, ep=True), max_model_len=8192, kv_cache_dtype="fp8",
-                                 quantization="fp8", gpu_memory_utilization=0.9, multi_node=False,
+                                 quantization="fp8", gpu_memory_utilization=0.9,
                                  vllm_version="0.34.0")
     assert cmd == ("vllm serve org/model --tensor-parallel-size 2 --pipeline-parallel-size 2 --data-parallel-size 2 "
                    "--enable-expert-parallel --max-model-len 8192 --kv-cache-dtype fp8 --quantization fp8")

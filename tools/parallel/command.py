@@ -20,7 +20,17 @@ FLAG_IDS = {
     "--quantization": "flag.quantization",
     "--gpu-memory-utilization": "flag.gpu-memory-utilization",
     "--distributed-executor-backend": "flag.distributed-executor-backend",
+    "--data-parallel-size-local": "flag.data-parallel-size-local",
+    "--data-parallel-start-rank": "flag.data-parallel-start-rank",
+    "--data-parallel-address": "flag.data-parallel-address",
+    "--data-parallel-rpc-port": "flag.data-parallel-rpc-port",
+    "--headless": "flag.headless",
+    "--nnodes": "flag.nnodes",
+    "--node-rank": "flag.node-rank",
+    "--master-addr": "flag.master-addr",
 }
+
+Args = list[tuple[str, str | None]]
 
 
 def flag_valid(flag: str, vllm_version: str) -> bool:
@@ -45,10 +55,10 @@ def check_version(vllm_version: str) -> None:
         raise BadInputError(f"vLLM version {vllm_version!r} is not a version number") from None
 
 
-def build_command(model: str, layout: Layout, *, max_model_len: int, kv_cache_dtype: str, quantization: str | None,
-                  gpu_memory_utilization: float, multi_node: bool, vllm_version: str) -> tuple[str, list[str]]:
-    """(command line, notes about flags left out because the target version lacks them)."""
-    args: list[tuple[str, str | None]] = []
+def serve_args(layout: Layout, *, max_model_len: int, kv_cache_dtype: str, quantization: str | None,
+               gpu_memory_utilization: float) -> Args:
+    """The layout's `vllm serve` flags, the same on every node."""
+    args: Args = []
     if layout.tensor_parallel_size > 1:
         args.append(("--tensor-parallel-size", str(layout.tensor_parallel_size)))
     if layout.pipeline_parallel_size > 1:
@@ -64,8 +74,11 @@ def build_command(model: str, layout: Layout, *, max_model_len: int, kv_cache_dt
         args.append(("--quantization", quantization))
     if abs(gpu_memory_utilization - 0.9) > 1e-9:
         args.append(("--gpu-memory-utilization", f"{gpu_memory_utilization:g}"))
-    if multi_node and (layout.tensor_parallel_size * layout.pipeline_parallel_size > 1):
-        args.append(("--distributed-executor-backend", "ray"))
+    return args
+
+
+def render_command(model: str, args: Args, vllm_version: str) -> tuple[str, list[str]]:
+    """(command line, notes about flags left out because the target version lacks them)."""
     parts = ["vllm", "serve", shlex.quote(model)]
     dropped: list[str] = []
     for flag, value in args:
@@ -76,3 +89,11 @@ def build_command(model: str, layout: Layout, *, max_model_len: int, kv_cache_dt
         if value is not None:
             parts.append(shlex.quote(value))
     return " ".join(parts), dropped
+
+
+def build_command(model: str, layout: Layout, *, max_model_len: int, kv_cache_dtype: str, quantization: str | None,
+                  gpu_memory_utilization: float, vllm_version: str) -> tuple[str, list[str]]:
+    """Single-node command line and notes about flags left out."""
+    args = serve_args(layout, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, quantization=quantization,
+                      gpu_memory_utilization=gpu_memory_utilization)
+    return render_command(model, args, vllm_version)

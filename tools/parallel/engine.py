@@ -11,19 +11,22 @@ from vllm_tune.tools.models.catalog import get_gpu
 from vllm_tune.tools.models.facts import GpuSpec, ModelFacts, kv_dtype_bytes
 from vllm_tune.tools.models.resolve import resolve_model
 from vllm_tune.tools.parallel import rules as R
-from vllm_tune.tools.parallel.command import FLAG_IDS, build_command, check_version, flag_valid
+from vllm_tune.tools.parallel.command import FLAG_IDS, check_version, flag_valid, render_command, serve_args
 from vllm_tune.tools.parallel.estimate import ESTIMATE_ASSUMPTIONS, estimate_for
 from vllm_tune.tools.parallel.io import (
     Candidate,
     Cited,
     Estimate,
+    LaunchKind,
     Layout,
     MemoryBreakdown,
+    NodeCommand,
     PlanInput,
     PlanOutput,
     Rejected,
 )
 from vllm_tune.tools.parallel.memory import MEMORY_ASSUMPTIONS, memory_for, served_facts
+from vllm_tune.tools.parallel.multinode import plan_launch
 
 MAX_REJECTED_SHOWN = 40
 SLO_MISS_PENALTY = 0.01
@@ -303,25 +306,33 @@ def _evaluate(ctx: _Context, gpus_used: int) -> tuple[list[Candidate], list[Reje
             rejected.append(Rejected(**layout.model_dump(), rule=violation.rule, why=violation.why))
             continue
         assert mem is not None
-        per_copy = layout.gpus_used // layout.replicas
-        multi_node = per_copy > ctx.gpus_per_node
         est = _estimate(ctx, layout, mem)
         reasons, warnings, penalty = _explain(ctx, layout, min_fit)
         if est is not None:
             reasons.append(_cite(R.C_ESTIMATE, f"estimate bound by {est.bottleneck}"))
-        command, dropped = build_command(
-            ctx.facts.name, layout,
-            max_model_len=ctx.max_model_len, kv_cache_dtype=ctx.kv_cache_dtype,
-            quantization=ctx.online_quantization, gpu_memory_utilization=ctx.request.gpu_memory_utilization,
-            multi_node=multi_node, vllm_version=ctx.request.vllm_version)
+        args = serve_args(layout, max_model_len=ctx.max_model_len, kv_cache_dtype=ctx.kv_cache_dtype,
+                          quantization=ctx.online_quantization,
+                          gpu_memory_utilization=ctx.request.gpu_memory_utilization)
+        command, dropped = render_command(ctx.facts.name, args, ctx.request.vllm_version)
+        launch = plan_launch(ctx.facts.name, layout, args, gpus_per_node=ctx.gpus_per_node,
+                             vllm_version=ctx.request.vllm_version, head_address=ctx.request.head_address)
+        kind: LaunchKind = "single-node"
+        nodes: list[NodeCommand] = []
+        env: dict[str, str] = {}
+        if launch is not None:
+            dropped = list(dict.fromkeys([*dropped, *launch.dropped]))
+            kind, nodes = launch.kind, launch.nodes
+            if nodes:
+                command, env = nodes[0].command, nodes[0].env
+            reasons.extend(_cite(rule, why) for rule, why in launch.notes)
+            warnings.extend(_cite(rule, why) for rule, why in launch.cautions)
+            if layout.replicas > 1:
+                reasons.append(_cite(R.C_REPLICAS, f"the node commands start one of the {layout.replicas} copies; "
+                                                   "repeat them on another set of nodes for each copy"))
         for note in dropped:
             warnings.append(_cite("flag.max-model-len", note))
-        if multi_node:
-            warnings.append(_cite(R.C_TP_PP, f"spans {math.ceil(per_copy / ctx.gpus_per_node)} nodes: start the "
-                                             "command on the head node of a Ray cluster (or vLLM's multi-node "
-                                             "launch flags) with every node in it"))
-        cand = Candidate(**layout.model_dump(), rank=0, score=0.0, command=command, env={}, memory=mem,
-                         estimate=est, reasons=reasons, warnings=warnings)
+        cand = Candidate(**layout.model_dump(), rank=0, score=0.0, command=command, env=env, launch=kind,
+                         node_commands=nodes, memory=mem, estimate=est, reasons=reasons, warnings=warnings)
         score = _rank_key(ctx, cand) * penalty
         if est is not None and est.meets_slo is False:
             score *= SLO_MISS_PENALTY

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from vllm_tune.tools.models.facts import GpuSpec, ModelFacts
 
 Goal = Literal["latency", "throughput", "balanced"]
+LaunchKind = Literal["single-node", "multi-node-dp", "multi-node-mp", "multi-node-ray", "multi-node-manual"]
 
 
 class PlanInput(BaseModel):
@@ -41,6 +42,9 @@ class PlanInput(BaseModel):
                                       description="context length to plan for (default: fits the workload)")
     gpu_memory_utilization: float = Field(default=0.9, gt=0.1, le=0.99)
     vllm_version: str = Field(default="0.34.0", description="vLLM version the command must be valid for")
+    head_address: str | None = Field(
+        default=None, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_-]*$",
+        description="address (IP or host name) of the head node for multi-node commands; default: a placeholder")
     top: int = Field(default=5, ge=1, le=50, description="how many candidates to return")
 
     @model_validator(mode="after")
@@ -110,11 +114,28 @@ class Layout(BaseModel):
         return text
 
 
+class NodeCommand(BaseModel):
+    """What to run on one node of a multi-node layout."""
+
+    node: int = Field(description="node index, 0 = head")
+    role: Literal["head", "worker"]
+    gpus: int = Field(description="GPUs this node contributes")
+    prepare: list[str] = Field(default_factory=list, description="commands to run first (e.g. joining a Ray cluster)")
+    command: str = Field(description="the command to start on this node")
+    env: dict[str, str] = Field(default_factory=dict, description="environment the command needs on this node")
+    data_parallel_ranks: list[int] = Field(default_factory=list,
+                                           description="DP ranks this node runs (empty when vLLM assigns them)")
+
+
 class Candidate(Layout):
     rank: int
     score: float = Field(description="ranking score for the goal (higher is better); comparable within one plan")
-    command: str = Field(description="the vllm serve command line (one node; multi-node adds --nnodes etc.)")
-    env: dict[str, str] = Field(default_factory=dict)
+    command: str = Field(description="the vllm serve command line (the head node's when the layout spans nodes)")
+    env: dict[str, str] = Field(default_factory=dict, description="environment the head node's command needs")
+    launch: LaunchKind = Field(
+        default="single-node", description="how the layout is started; multi-node-manual = no per-node commands")
+    node_commands: list[NodeCommand] = Field(
+        default_factory=list, description="per-node commands when one copy spans nodes (empty on one node)")
     memory: MemoryBreakdown
     estimate: Estimate | None
     reasons: list[Cited]
