@@ -11,7 +11,9 @@ Not run in CI. Against the zero-work streaming test server (tests/support_bench)
      server on 2 cores -- it ran 1.4 ms late on first tokens and 2.9 ms on later ones -- so the bias
      measured the box, not the client; the server's CPU share is printed);
   3. client CPU seconds per 1,000 requests;
-  4. vllm-tune's RSS over a longer run (flat = no per-request leak).
+  4. memory over one long run (default 100k requests): vllm-tune's RSS at every tenth of the run and its growth
+     per 1,000 requests (finished requests are kept packed, ~0.1 KiB each, for exact percentiles), next to
+     vllm bench serve's peak RSS at two run sizes.
 The server's CPU use is printed so it is visibly not the bottleneck. Ratios are printed at the end.
 
 GuideLLM runs when its venv exists (~/.cache/vllm-tune/peers/guidellm; --install-peers creates it). It needs
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -34,6 +37,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -282,17 +286,107 @@ def bias_runs(args: argparse.Namespace, held: dict[str, float], run_vllm: bool, 
     return bias, same_rate, ours_cpu, vllm_cpu
 
 
+def rss_sampler(progress: Progress, marks: list[int], out: list[tuple[int, float]], halt: threading.Event) -> None:
+    """Record (requests done, RSS MiB) as the run passes each mark."""
+    pending = list(marks)
+    while pending and not halt.is_set():
+        if progress.done >= pending[0]:
+            out.append((progress.done, rss_mb()))
+            pending.pop(0)
+        time.sleep(0.05)
+
+
+def peer_peak_rss(cmd: list[str], env: dict[str, str]) -> float:
+    """Peak RSS (MiB) of a peer process, polled from /proc while it runs."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak = 0.0
+    status = Path(f"/proc/{proc.pid}/status")
+    while proc.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    peak = max(peak, int(line.split()[1]) / 1024)
+        except OSError:
+            pass
+        time.sleep(0.1)
+    if proc.returncode != 0:
+        raise RuntimeError((proc.stderr.read() if proc.stderr else "")[-300:])
+    return peak
+
+
+def vllm_bench_memory(url: str, n: int, tokens: int, tokenizer: Path) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(VLLM_PY), str(VLLM_CLI), "bench", "serve", "--backend", "vllm", "--base-url", url, "--model",
+               "test-model", "--tokenizer", str(tokenizer), "--dataset-name", "random", "--random-input-len", "16",
+               "--random-output-len", str(tokens), "--num-prompts", str(n), "--request-rate", "inf",
+               "--max-concurrency", "32", "--ignore-eos", "--save-result", "--result-dir", tmp,
+               "--result-filename", "r.json", "--disable-tqdm"]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+        return peer_peak_rss(cmd, env)
+
+
+def memory_runs(args: argparse.Namespace, run_vllm: bool, tokenizer: Path | None) -> None:
+    """One long open-loop run with RSS read at every tenth of it; vllm bench serve's peak RSS at two sizes."""
+    n = args.memory_requests
+    print(f"\nmemory: {n} requests at {args.memory_rate:g} req/s in one run (vllm-tune, one process, "
+          f"{args.tokens} tokens each):")
+    marks = [n * k // 10 for k in range(1, 11)]
+    samples: list[tuple[int, float]] = []
+    halt = threading.Event()
+    with start_stream_server(0, 0, procs=args.server_procs) as srv:
+        asyncio.run(ours(srv.url, args.memory_rate, 1000, args.tokens, seed=9, workers=1))  # warm the code paths
+        gc.collect()
+        before = rss_mb()
+        bodies = [build_body("completions", "test-model", PROMPT, args.tokens, ignore_eos=True)] * n
+        plan = LoadPlan(srv.url, "completions", bodies, rate_schedule(n, args.memory_rate, seed=11), None, None,
+                        60.0, 10.0)
+        progress = Progress(n)
+        sampler = threading.Thread(target=rss_sampler, args=(progress, marks, samples, halt), daemon=True)
+        sampler.start()
+        outcome = asyncio.run(run_load(plan, workers=1, stop=lambda: False, progress=progress))
+        halt.set()
+        sampler.join()
+        check = check_schedule(outcome, plan)
+        m = compute_metrics(outcome.records, outcome.duration, percentiles=[99.0])
+        after_metrics = rss_mb()
+    print(f"  before the run (plan not built yet): RSS {before:6.1f} MiB")
+    for done, mib in samples:
+        print(f"  after {done:7d} requests: RSS {mib:6.1f} MiB")
+    print(f"  after computing the metrics: RSS {after_metrics:6.1f} MiB; sent {check.achieved_send_rate or 0:.1f} "
+          f"req/s, p99 lag {check.p99_lag_ms:.2f} ms, completed {m['completed']}, failed {m['failed']}")
+    ours_per_1k = None
+    if len(samples) >= 2:
+        (d0, r0), (d1, r1) = samples[0], samples[-1]
+        ours_per_1k = (r1 - r0) * 1024 * 1000 / max(1, d1 - d0)
+        print(f"  growth from {d0} to {d1} requests: {r1 - r0:+.1f} MiB ({ours_per_1k:.0f} KiB per 1,000 requests)")
+    if not (run_vllm and tokenizer is not None):
+        return
+    small, large = max(1000, n // 50), max(5000, n // 5)
+    with start_stream_server(0, 0, procs=args.server_procs) as srv:
+        try:
+            peaks = {k: vllm_bench_memory(srv.url, k, args.tokens, tokenizer) for k in (small, large)}
+        except RuntimeError as exc:
+            print(f"  vllm bench serve memory not measured: {exc}")
+            return
+    vllm_per_1k = (peaks[large] - peaks[small]) * 1024 * 1000 / (large - small)
+    print(f"  vllm bench serve peak RSS: {peaks[small]:.1f} MiB for {small} requests, {peaks[large]:.1f} MiB for "
+          f"{large}: {vllm_per_1k:.0f} KiB per 1,000 requests")
+    if ours_per_1k is not None and ours_per_1k > 0:
+        print(f"  ratio: vllm bench serve grows {vllm_per_1k / ours_per_1k:.1f}x as much per request")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--short", action="store_true", help="fewer rates and a 20 s memory run")
+    ap.add_argument("--short", action="store_true", help="fewer rates and a 20k-request memory run")
     ap.add_argument("--rates", default="200,400,800,1200,1600,2000,2400")
     ap.add_argument("--seconds", type=float, default=4.0, help="load seconds per rate step")
     ap.add_argument("--tokens", type=int, default=4)
     ap.add_argument("--ttft-limit-ms", type=float, default=5.0)
     ap.add_argument("--server-procs", type=int, default=1)
     ap.add_argument("--bias-tokens", type=int, default=4, help="tokens per response in the bias runs")
-    ap.add_argument("--memory-seconds", type=float, default=120.0)
-    ap.add_argument("--memory-rate", type=float, default=200.0)
+    ap.add_argument("--memory-requests", type=int, default=100_000, help="requests in the one long memory run")
+    ap.add_argument("--memory-rate", type=float, default=800.0)
+    ap.add_argument("--memory-only", action="store_true", help="only the long memory run")
     ap.add_argument("--skip-vllm", action="store_true")
     ap.add_argument("--skip-guidellm", action="store_true", help="do not run GuideLLM even if its venv exists")
     ap.add_argument("--install-peers", action="store_true", help="install GuideLLM into its own venv if missing")
@@ -300,10 +394,13 @@ def main() -> None:
                     help="local tokenizer folder for vllm bench serve and GuideLLM (default: the tiny test model)")
     args = ap.parse_args()
     if args.short:
-        args.rates, args.seconds, args.memory_seconds = "200,400,600,800,1200,1600,2000", 3.0, 20.0
+        args.rates, args.seconds, args.memory_requests = "200,400,600,800,1200,1600,2000", 3.0, 20_000
     rates = [float(r) for r in args.rates.split(",")]
     tokenizer = Path(args.tokenizer) if args.tokenizer else None
     run_vllm = not args.skip_vllm and VLLM_PY.exists() and tokenizer is not None
+    if args.memory_only:
+        memory_runs(args, run_vllm, tokenizer)
+        return
     guidellm: Path | None = None
     if not args.skip_guidellm:
         guidellm, status = install_guidellm(args.install_peers)
@@ -364,14 +461,7 @@ def main() -> None:
     print(f"  vllm-tune's TTFT bias at its own half rate ({half_of(held, 'vllm-tune'):g} req/s): "
           f"{bias['vllm-tune']:+.2f} ms (target < 0.5 ms)")
 
-    print(f"\nmemory over {args.memory_seconds:g} s at {args.memory_rate:g} req/s (vllm-tune, one process):")
-    with start_stream_server(0, 0, procs=args.server_procs) as srv:
-        steps = 4
-        for i in range(steps):
-            n = int(args.memory_rate * args.memory_seconds / steps)
-            asyncio.run(ours(srv.url, args.memory_rate, n, args.tokens, seed=10 + i, workers=1))
-            print(f"  after {(i + 1) * n:6d} requests: RSS {rss_mb():7.1f} MiB")
-
+    memory_runs(args, run_vllm, tokenizer)
 
 if __name__ == "__main__":
     main()

@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import math
+from array import array
 
 import pytest
 
 from vllm_tune.tools.bench.metrics import (
-    RequestRecord,
     check_goodput,
     compute_metrics,
     describe,
     percentile,
     percentile_label,
 )
+from vllm_tune.tools.bench.records import RequestRecord
 from vllm_tune.tools.errors import BadInputError
 
 
 def rec(i: int, *, start: float, ttft: float, itl: list[float], out: int, prompt: int = 10,
         ok: bool = True) -> RequestRecord:
     return RequestRecord(index=i, intended_send=start, start_time=start, success=ok, prompt_len=prompt,
-                         output_len=out, ttft=ttft, latency=ttft + sum(itl), itl=list(itl),
+                         output_len=out, ttft=ttft, latency=ttft + sum(itl), itl=array("d", itl),
                          error="" if ok else "HTTP 500")
 
 

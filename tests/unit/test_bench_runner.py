@@ -1,4 +1,5 @@
-"""Runner plumbing: the precise event loop, read timestamps, worker sizing and prompt cancellation."""
+"""Runner plumbing: the precise event loop, read timestamps, worker sizing, prompt cancellation and what a
+stopped run keeps."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from vllm_tune.tools.bench.arrivals import rate_schedule
 from vllm_tune.tools.bench.client import build_body
-from vllm_tune.tools.bench.runner import LoadPlan, Progress, choose_workers, run_load
+from vllm_tune.tools.bench.runner import CANCELLED, LoadPlan, Progress, check_schedule, choose_workers, run_load
 from vllm_tune.tools.bench.transport import precise_loop
 
 
@@ -120,3 +121,26 @@ async def test_cancelling_the_caller_aborts_the_load_thread(silent_server: int) 
     sent = progress.sent
     await asyncio.sleep(0.1)
     assert progress.sent == sent  # nothing goes out after the cancel
+
+
+@pytest.mark.anyio
+async def test_stopped_run_keeps_every_sent_request_in_plan_order(silent_server: int) -> None:
+    body = build_body("completions", "m", "hello", 4, ignore_eos=True)
+    plan = LoadPlan(f"http://127.0.0.1:{silent_server}", "completions", [body] * 100, rate_schedule(100, 40.0),
+                    timeout_s=30.0)
+    progress = Progress(100)
+    stopped = asyncio.Event()
+
+    async def stop_soon() -> None:
+        await asyncio.sleep(0.4)
+        stopped.set()
+
+    stopper = asyncio.create_task(stop_soon())
+    outcome = await run_load(plan, workers=1, stop=stopped.is_set, progress=progress)
+    await stopper
+    log = outcome.records
+    assert outcome.cancelled and 3 <= len(log) == progress.sent < 100
+    assert [r.index for r in log] == list(range(len(log)))
+    assert all(log.error(k) == CANCELLED and not log.success(k) for k in range(len(log)))
+    check = check_schedule(outcome, plan)
+    assert check.achieved_send_rate is not None and check.p99_lag_ms < 50.0

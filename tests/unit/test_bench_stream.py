@@ -8,7 +8,7 @@ import json
 import pytest
 
 from vllm_tune.tools.bench.client import StreamTimer, build_body
-from vllm_tune.tools.bench.metrics import RequestRecord
+from vllm_tune.tools.bench.records import RequestRecord
 from vllm_tune.tools.bench.transport import _Conn
 
 
@@ -33,7 +33,7 @@ def test_timer_measures_ttft_itl_and_latency_at_last_token() -> None:
     t.finish()
     assert rec.success and rec.chunks == 3
     assert rec.ttft == pytest.approx(0.05)
-    assert rec.itl == pytest.approx([0.02, 0.02])
+    assert list(rec.itl) == pytest.approx([0.02, 0.02])
     assert rec.latency == pytest.approx(0.09)
     assert (rec.output_len, rec.prompt_len, rec.usage_reported) == (3, 7, True)
     assert rec.text == ""  # text is only kept when usage is missing

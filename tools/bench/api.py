@@ -25,6 +25,7 @@ from vllm_tune.tools.bench.capacity import CapacityResult, SearchVariable, searc
 from vllm_tune.tools.bench.client import auth_headers, build_body
 from vllm_tune.tools.bench.metrics import check_goodput, compute_metrics
 from vllm_tune.tools.bench.provenance import collect, utc_now
+from vllm_tune.tools.bench.records import RecordLog
 from vllm_tune.tools.bench.runner import CANCELLED as CANCELLED_ERROR
 from vllm_tune.tools.bench.runner import LoadPlan, Progress, check_schedule, choose_workers, run_load, warm_up
 from vllm_tune.tools.bench.server_watch import ServerWatch, attach_diagnosis
@@ -243,16 +244,17 @@ class _Session:
         return [build_body(self.req.endpoint, self.model, it.prompt, it.output_len, ignore_eos=self.req.ignore_eos)
                 for it in items]
 
-    async def count_missing_usage(self, records: list[Any]) -> int:
+    async def count_missing_usage(self, log: RecordLog) -> int:
         """Output tokens for responses that carried no usage block, via the server's tokenizer."""
-        missing = [r for r in records if r.success and not r.usage_reported]
+        missing = [k for k in log.ok_rows() if not log.usage_reported(k)]
         if not missing or self.tok is None:
             return 0
-        for r in missing:
+        for k in missing:
+            text = log.texts.get(k, "")
             try:
-                r.output_len = len(await self.tok.ids(r.text)) if r.text else 0
+                log.output_len[k] = len(await self.tok.ids(text)) if text else 0
             except TargetError:
-                r.output_len = max(1, r.chunks)
+                log.output_len[k] = max(1, log.chunks[k])
         return len(missing)
 
 
@@ -330,8 +332,9 @@ async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concur
                 await reporter
         if watch:
             await watch.stop()
-    cancelled_in_flight = [r for r in outcome.records if r.error == CANCELLED_ERROR]
-    records = [r for r in outcome.records if r.error != CANCELLED_ERROR]
+    log = outcome.records
+    cancelled_in_flight = [k for k in range(len(log)) if log.error(k) == CANCELLED_ERROR]
+    records = log.select(k for k in range(len(log)) if log.error(k) != CANCELLED_ERROR) if cancelled_in_flight else log
     counted = await s.count_missing_usage(records)
     metrics = compute_metrics(records, outcome.duration, percentiles=req.percentiles, slo_ms=req.slo or None)
     check = check_schedule(outcome, plan)
@@ -343,9 +346,9 @@ async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concur
     }
     result.update(metrics)
     errors: dict[str, int] = {}
-    for r in records:
-        if not r.success:
-            key = s.redact(r.error)[:120]
+    for k in range(len(records)):
+        if not records.success(k):
+            key = s.redact(records.error(k))[:120]
             errors[key] = errors.get(key, 0) + 1
     result["client_check"] = {
         **check.__dict__, "workers": outcome.workers, "stop_reason": outcome.stop_reason,

@@ -15,7 +15,7 @@ import json
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from vllm_tune.tools.bench.metrics import RequestRecord
+    from vllm_tune.tools.bench.records import RequestRecord
 
 Endpoint = Literal["completions", "chat"]
 # Events are UTF-8 by the SSE spec: decoding them directly skips json.loads' encoding sniffing, a

@@ -14,46 +14,15 @@ linearly interpolated percentiles (numpy's default method).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
+from vllm_tune.tools.bench.records import RecordLog, RequestRecord
 from vllm_tune.tools.errors import BadInputError
 
 GOODPUT_KEYS = ("ttft", "tpot", "e2el")
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
 MS = 1000.0
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    """What one request did, in perf_counter seconds (one clock shared by every process on the host)."""
-
-    index: int
-    intended_send: float  # when the schedule wanted it sent (absolute perf_counter seconds)
-    start_time: float = 0.0  # when it was actually sent
-    success: bool = False
-    error: str = ""
-    prompt_len: int = 0
-    output_len: int = 0
-    ttft: float = 0.0
-    latency: float = 0.0
-    itl: list[float] = field(default_factory=list)
-    usage_reported: bool = False
-    chunks: int = 0
-    text: str = ""  # kept only when the server sent no usage, to count tokens with /tokenize afterwards
-
-    @property
-    def schedule_lag(self) -> float:
-        return self.start_time - self.intended_send
-
-    def to_tuple(self) -> tuple[Any, ...]:
-        """A compact picklable form for sending records between processes."""
-        return (self.index, self.intended_send, self.start_time, self.success, self.error, self.prompt_len,
-                self.output_len, self.ttft, self.latency, self.itl, self.usage_reported, self.chunks, self.text)
-
-    @classmethod
-    def from_tuple(cls, t: tuple[Any, ...]) -> RequestRecord:
-        return cls(*t)
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -66,7 +35,7 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def describe(values: list[float], percentiles: list[float], scale: float = MS) -> dict[str, float]:
+def describe(values: Iterable[float], percentiles: list[float], scale: float = MS) -> dict[str, float]:
     """mean/median/std and pNN of `values` (seconds) in milliseconds."""
     data = sorted(v * scale for v in values)
     n = len(data)
@@ -93,51 +62,52 @@ def check_goodput(slo_ms: dict[str, float]) -> dict[str, float]:
     return dict(slo_ms)
 
 
-def request_tpot(r: RequestRecord) -> float | None:
-    if r.output_len > 1:
-        return (r.latency - r.ttft) / (r.output_len - 1)
-    return None
+def _tpot(log: RecordLog, k: int) -> float | None:
+    out = log.output_len[k]
+    return (log.latency[k] - log.ttft[k]) / (out - 1) if out > 1 else None
 
 
-def meets_slo(r: RequestRecord, slo_ms: dict[str, float]) -> bool:
-    values = {"ttft": r.ttft, "tpot": request_tpot(r) or 0.0, "e2el": r.latency}
-    return all(values[k] * MS <= limit for k, limit in slo_ms.items())
+def _meets_slo(log: RecordLog, k: int, slo_ms: dict[str, float]) -> bool:
+    values = {"ttft": log.ttft[k], "tpot": _tpot(log, k) or 0.0, "e2el": log.latency[k]}
+    return all(values[key] * MS <= limit for key, limit in slo_ms.items())
 
 
-def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
+def _peaks(log: RecordLog, ok: list[int]) -> tuple[float, int]:
     """Peak output events in any 1-second bucket, and peak requests active in any 1-second bucket."""
     if not ok:
         return 0.0, 0
-    t0 = min(r.start_time for r in ok)
-    end = max(r.start_time + r.latency for r in ok)
+    start, latency = log.start, log.latency
+    t0 = min(start[k] for k in ok)
+    end = max(start[k] + latency[k] for k in ok)
     buckets = math.ceil(end - t0) + 1
     tokens = [0] * buckets
     active = [0] * buckets
-    for r in ok:
-        t = r.start_time + r.ttft
+    for k in ok:
+        t = start[k] + log.ttft[k]
         tokens[min(int(t - t0), buckets - 1)] += 1
-        for gap in r.itl:
+        for gap in log.gaps(k):
             t += gap
             tokens[min(int(t - t0), buckets - 1)] += 1
-        for second in range(int(r.start_time - t0), int(r.start_time + r.latency - t0) + 1):
+        for second in range(int(start[k] - t0), int(start[k] + latency[k] - t0) + 1):
             active[second] += 1
     return float(max(tokens)), max(active)
 
 
-def compute_metrics(records: list[RequestRecord], duration: float, *, percentiles: list[float],
+def compute_metrics(records: RecordLog | Iterable[RequestRecord], duration: float, *, percentiles: list[float],
                     slo_ms: dict[str, float] | None = None,
                     metrics: tuple[str, ...] = METRIC_NAMES) -> dict[str, Any]:
     """The aggregate block of a `vllm bench serve --save-result` JSON, same keys and units."""
-    ok = [r for r in records if r.success]
-    total_input = sum(r.prompt_len for r in ok)
-    total_output = sum(r.output_len for r in ok)
+    log = records if isinstance(records, RecordLog) else RecordLog.of(records)
+    ok = log.ok_rows()
+    total_input = sum(log.prompt_len[k] for k in ok)
+    total_output = sum(log.output_len[k] for k in ok)
     dur = duration if duration > 0 else float("nan")
-    good = sum(1 for r in ok if meets_slo(r, slo_ms)) if slo_ms else None
-    peak_tokens, peak_active = _peaks(ok)
+    good = sum(1 for k in ok if _meets_slo(log, k, slo_ms)) if slo_ms else None
+    peak_tokens, peak_active = _peaks(log, ok)
     out: dict[str, Any] = {
         "duration": duration,
         "completed": len(ok),
-        "failed": len(records) - len(ok),
+        "failed": len(log) - len(ok),
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
         "request_throughput": len(ok) / dur if duration > 0 else 0.0,
@@ -148,17 +118,18 @@ def compute_metrics(records: list[RequestRecord], duration: float, *, percentile
         "max_concurrent_requests": peak_active,
         "rtfx": 0.0,  # audio real-time factor in vLLM; always 0 for text
     }
-    series: dict[str, list[float]] = {
-        "ttft": [r.ttft for r in ok],
-        "tpot": [t for r in ok if (t := request_tpot(r)) is not None],
-        "itl": [g for r in ok for g in r.itl],
-        "e2el": [r.latency for r in ok],
+    all_ok = len(ok) == len(log)
+    series: dict[str, Any] = {
+        "ttft": [log.ttft[k] for k in ok],
+        "tpot": [t for k in ok if (t := _tpot(log, k)) is not None],
+        "itl": log.itl if all_ok else [g for k in ok for g in log.gaps(k)],
+        "e2el": [log.latency[k] for k in ok],
     }
     for name in metrics:
         stats = describe(series[name], percentiles)
         for stat, value in stats.items():
             out[f"{stat}_{name}_ms"] = value
     # Per-request arrays vLLM keeps even without --save-detailed (seconds, successful requests only).
-    out["latencies"] = [r.latency for r in ok]
-    out["queue_times"] = [max(0.0, r.start_time - r.intended_send) for r in ok]
+    out["latencies"] = series["e2el"]
+    out["queue_times"] = [max(0.0, log.start[k] - log.intended[k]) for k in ok]
     return out

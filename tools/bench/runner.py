@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from vllm_tune.tools.bench.client import ENDPOINT_PATHS
-from vllm_tune.tools.bench.metrics import RequestRecord, percentile
+from vllm_tune.tools.bench.metrics import percentile
+from vllm_tune.tools.bench.records import RecordLog, RequestRecord
 from vllm_tune.tools.bench.transport import Clock, StreamingPool, precise_loop
 from vllm_tune.tools.net.http import SecretRedactor
 
@@ -71,7 +72,7 @@ class LoadPlan:
 
 @dataclass
 class RunOutcome:
-    records: list[RequestRecord]
+    records: RecordLog
     duration: float
     started_at: float
     cancelled: bool
@@ -99,19 +100,29 @@ class _Sender:
         self.plan, self.indices, self.t0, self.stop, self.progress = plan, indices, t0, stop, progress
         self.concurrency = concurrency
         self.chat = plan.endpoint == "chat"
-        self.records: list[RequestRecord] = []
+        self.records = RecordLog()
+        self.in_flight: dict[int, RequestRecord] = {}
         self.deadline = t0 + plan.duration_s if plan.duration_s else math.inf
         self.reason = "completed"
         self.tasks: set[asyncio.Task[None]] = set()
         redact = SecretRedactor([plan.api_key] if plan.api_key else None)
         self.pool = StreamingPool(plan.base_url, max_connections=concurrency or plan.pool_size(len(indices)),
                                   timeout_s=plan.timeout_s, api_key=plan.api_key, redact=redact, clock=clock)
-        path = ENDPOINT_PATHS[plan.endpoint]
-        self.wire = {i: self.pool.request_bytes(path, plan.bodies[i]) for i in indices}  # ready before the clock
+        self.path = ENDPOINT_PATHS[plan.endpoint]
+        self._last_body: bytes | None = None
+        self._last_wire = b""
 
-    async def one(self, rec: RequestRecord, i: int) -> None:
+    def wire(self, i: int) -> bytes:
+        """Request i on the wire. Built one at a time (open loop: before waiting for its send time) so that a
+        long run holds no copy of every request; consecutive requests sharing one body share one copy."""
+        body = self.plan.bodies[i]
+        if body is not self._last_body:
+            self._last_body, self._last_wire = body, self.pool.request_bytes(self.path, body)
+        return self._last_wire
+
+    async def one(self, rec: RequestRecord, data: bytes) -> None:
         try:
-            await self.pool.send(self.wire[i], rec, chat=self.chat)
+            await self.pool.send(data, rec, chat=self.chat)
         except asyncio.CancelledError:
             rec.success = False
             rec.error = CANCELLED
@@ -120,6 +131,7 @@ class _Sender:
             self.progress.done += 1
             if not rec.success:
                 self.progress.failed += 1
+            self.records.add(self.in_flight.pop(rec.index))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -128,7 +140,7 @@ class _Sender:
 
     def _new_record(self, i: int, intended: float) -> RequestRecord:
         rec = RequestRecord(index=i, intended_send=intended)
-        self.records.append(rec)
+        self.in_flight[i] = rec
         self.progress.sent += 1
         return rec
 
@@ -144,22 +156,23 @@ class _Sender:
         assert self.plan.offsets is not None
         sem = asyncio.Semaphore(self.concurrency) if self.concurrency else None
 
-        async def capped(rec: RequestRecord, i: int) -> None:
+        async def capped(rec: RequestRecord, data: bytes) -> None:
             assert sem is not None
             async with sem:
-                await self.one(rec, i)
+                await self.one(rec, data)
 
         for i in self.indices:
             target = self.t0 + self.plan.offsets[i]
             if target >= self.deadline:
                 self.reason = "duration"
                 break
+            data = self.wire(i)
             await self._wait_until(target)
             if self.stop():
                 self.reason = CANCELLED
                 break
             rec = self._new_record(i, target)
-            self._spawn(capped(rec, i) if sem else self.one(rec, i))
+            self._spawn(capped(rec, data) if sem else self.one(rec, data))
 
     async def closed_loop(self) -> None:
         cursor = iter(self.indices)
@@ -170,7 +183,7 @@ class _Sender:
                 if now >= self.deadline or self.stop():
                     self.reason = "duration" if now >= self.deadline else CANCELLED
                     return
-                await self.one(self._new_record(i, now), i)
+                await self.one(self._new_record(i, now), self.wire(i))
 
         await self._wait_until(self.t0)
         for _ in range(self.concurrency or 1):
@@ -179,8 +192,8 @@ class _Sender:
 
 async def _drive(plan: LoadPlan, indices: list[int], t0: float, stop: Callable[[], bool],
                  progress: Progress, concurrency: int | None,
-                 clock: Clock = time.perf_counter) -> tuple[list[RequestRecord], str]:
-    """Send this process's share of the plan; returns its records and why sending stopped."""
+                 clock: Clock = time.perf_counter) -> tuple[RecordLog, str]:
+    """Send this process's share of the plan; returns its records (in plan order) and why sending stopped."""
     sender = _Sender(plan, indices, t0, stop, progress, concurrency, clock)
     try:
         if plan.open_loop:
@@ -192,7 +205,11 @@ async def _drive(plan: LoadPlan, indices: list[int], t0: float, stop: Callable[[
             sender.reason = CANCELLED
     finally:
         sender.pool.close()
-    return sender.records, sender.reason
+        for rec in sender.in_flight.values():  # tasks cancelled before they ever ran
+            rec.error = rec.error or CANCELLED
+            sender.records.add(rec)
+        sender.in_flight.clear()
+    return sender.records.sorted_by_index(), sender.reason
 
 
 async def _settle(tasks: set[asyncio.Task[None]], stop: Callable[[], bool], plan: LoadPlan, deadline: float) -> None:
@@ -232,7 +249,7 @@ def _worker_entry(plan: LoadPlan, indices: list[int], concurrency: int | None, r
 
     loop, clock = precise_loop()
 
-    async def main() -> tuple[list[RequestRecord], str]:
+    async def main() -> tuple[RecordLog, str]:
         reporter = asyncio.create_task(report())
         try:
             return await _drive(plan, indices, t0, stop_event.is_set, progress, concurrency, clock)
@@ -242,7 +259,7 @@ def _worker_entry(plan: LoadPlan, indices: list[int], concurrency: int | None, r
     with asyncio.Runner(loop_factory=lambda: loop) as runner:
         records, reason = runner.run(main())
     results.put(("progress", worker_id, 0, 0))
-    results.put(("done", worker_id, [r.to_tuple() for r in records], reason,
+    results.put(("done", worker_id, records.payload(), reason,
                  time.process_time()))
 
 
@@ -283,14 +300,14 @@ async def run_load(plan: LoadPlan, *, workers: int, stop: Callable[[], bool], pr
 
 
 async def _drive_in_thread(plan: LoadPlan, indices: list[int], t0: float, stop: Callable[[], bool],
-                           progress: Progress) -> tuple[list[RequestRecord], str]:
+                           progress: Progress) -> tuple[RecordLog, str]:
     """_drive on a precise loop in a thread of its own; cancelling the caller aborts the load promptly."""
     abort = threading.Event()
 
     def halted() -> bool:
         return abort.is_set() or stop()
 
-    def body() -> tuple[list[RequestRecord], str]:
+    def body() -> tuple[RecordLog, str]:
         loop, clock = precise_loop()
         with asyncio.Runner(loop_factory=lambda: loop) as runner:
             return runner.run(_drive(plan, indices, t0, halted, progress, plan.concurrency, clock))
@@ -332,7 +349,7 @@ async def _run_multiprocess(plan: LoadPlan, workers: int, stop: Callable[[], boo
         t0 = time.perf_counter() + 0.05
         for q in starts:
             q.put(t0)
-        records: list[RequestRecord] = []
+        records = RecordLog()
         reasons: list[str] = []
         finished = 0
         while finished < workers:
@@ -349,7 +366,7 @@ async def _run_multiprocess(plan: LoadPlan, workers: int, stop: Callable[[], boo
                 progress.failed += msg[3]
                 progress.sent = progress.done
             else:
-                records.extend(RequestRecord.from_tuple(t) for t in msg[2])
+                records.extend(RecordLog.from_payload(msg[2]))
                 reasons.append(msg[3])
                 finished += 1
         end = time.perf_counter()
@@ -359,10 +376,10 @@ async def _run_multiprocess(plan: LoadPlan, workers: int, stop: Callable[[], boo
             proc.join(timeout=5)
             if proc.is_alive():
                 proc.terminate()
-    records.sort(key=lambda r: r.index)
+    records = records.sorted_by_index()
     cancelled = CANCELLED in reasons
     reason = CANCELLED if cancelled else ("duration" if "duration" in reasons else "completed")
-    last_done = max((r.start_time + r.latency for r in records if r.success), default=end)
+    last_done = max((records.start[k] + records.latency[k] for k in records.ok_rows()), default=end)
     duration = max(0.0, min(end, last_done + 0.01) - t0) if records else 0.0
     return RunOutcome(records, duration, t0, cancelled, reason, workers, _cpu_seconds() - cpu0, len(records))
 
@@ -383,14 +400,15 @@ class ScheduleCheck:
 
 
 def check_schedule(outcome: RunOutcome, plan: LoadPlan, *, lag_limit_ms: float = 5.0) -> ScheduleCheck:
-    sent = [r for r in outcome.records if r.start_time > 0]
-    lags = sorted(max(0.0, r.schedule_lag) * 1000.0 for r in sent)
+    log = outcome.records
+    sent = [k for k in range(len(log)) if log.start[k] > 0]
+    lags = sorted(max(0.0, log.start[k] - log.intended[k]) * 1000.0 for k in sent)
     reasons: list[str] = []
     target = achieved = None
     if plan.open_loop and plan.offsets and len(sent) > 1:
         window = plan.offsets[len(sent) - 1] - plan.offsets[0]
         target = (len(sent) - 1) / window if window > 0 else None
-        span = max(r.start_time for r in sent) - min(r.start_time for r in sent)
+        span = max(log.start[k] for k in sent) - min(log.start[k] for k in sent)
         achieved = (len(sent) - 1) / span if span > 0 else None
     p99 = percentile(lags, 99.0)
     capped = bool(plan.open_loop and plan.concurrency)
@@ -420,4 +438,4 @@ async def warm_up(plan: LoadPlan, bodies: list[bytes], concurrency: int) -> int:
     outcome = await run_load(warm, workers=1, stop=lambda: False, progress=Progress(len(bodies)), start_delay_s=0.0)
     with contextlib.suppress(Exception):
         gc.collect()
-    return sum(1 for r in outcome.records if r.success)
+    return len(outcome.records.ok_rows())

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from vllm_tune.tools.bench.client import StreamTimer
-from vllm_tune.tools.bench.metrics import RequestRecord
+from vllm_tune.tools.bench.records import RequestRecord
 from vllm_tune.tools.net.http import SecretRedactor
 
 _HEAD, _SIZE, _DATA, _LENGTH, _UNTIL_CLOSE, _DONE = range(6)
