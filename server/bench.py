@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
 
+from vllm_tune.server.confirm import user_confirms
 from vllm_tune.server.registry import add_model_tool
 from vllm_tune.tools.bench.api import (
     BenchmarkResultsOutput,
@@ -24,6 +28,7 @@ from vllm_tune.tools.bench.api import (
     run_benchmark,
 )
 from vllm_tune.tools.bench.store import ResultStore, RunStatus, new_run_id, results_dir
+from vllm_tune.tools.net.targets import TargetPolicy
 
 log = logging.getLogger(__name__)
 
@@ -78,15 +83,52 @@ def cancel(ref: RunRef) -> CancelOutput:
                         message="stopping: requests in flight are aborted; finished ones are kept in the results")
 
 
+async def _confirm_remote(request: RunBenchmarkInput, ctx: Context) -> RunBenchmarkInput:
+    """Ask the user before load goes to an allowed but non-loopback target (check_target refuses otherwise)."""
+    if request.confirm:
+        return request
+    policy = TargetPolicy.from_env()
+    base = policy.check(request.url)  # a target outside the allowlist is refused before anyone is asked
+    if policy.is_loopback(base):
+        return request
+    if request.search_capacity:
+        what = "a capacity search (several load levels, rising until the SLO fails)"
+    else:
+        load = f"{request.rate:g} req/s" if request.rate else f"concurrency {request.concurrency or 1}"
+        size = f"{request.num_prompts} requests" if request.num_prompts else \
+            f"{request.duration_s:g} s" if request.duration_s else "the default run size"
+        what = f"{load}, {size}"
+    if await user_confirms(ctx, f"Send benchmark load to {base} ({what})? This loads a live server."):
+        return request.model_copy(update={"confirm": True})
+    return request
+
+
+def with_plots(out: RunBenchmarkOutput) -> RunBenchmarkOutput | CallToolResult:
+    """The result plus its PNG plots as image content, for clients that show images."""
+    images: list[ContentBlock] = []
+    for path in out.plots:
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            continue
+        images.append(ImageContent(type="image", data=base64.b64encode(data).decode(), mime_type="image/png"))
+    if not images:
+        return out
+    payload = out.model_dump(mode="json")
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(payload, indent=2)), *images],
+                          structured_content=payload)
+
+
 def register(mcp: MCPServer[Any]) -> None:
-    async def _run(request: RunBenchmarkInput, ctx: Context) -> RunBenchmarkOutput:
+    async def _run(request: RunBenchmarkInput, ctx: Context) -> RunBenchmarkOutput | CallToolResult:
+        request = await _confirm_remote(request, ctx)
         if request.background:
             return await start_background(request)
 
         async def report(progress: float, total: float | None, message: str) -> None:
             await ctx.report_progress(progress, total, message)
 
-        return await run_benchmark(request, report=report)
+        return with_plots(await run_benchmark(request, report=report))
 
     add_model_tool(
         mcp, name="run_benchmark", title="Load-test a vLLM endpoint (SLO goodput, capacity search)",
@@ -99,7 +141,8 @@ def register(mcp: MCPServer[Any]) -> None:
             "the client kept its schedule (client_check) and what the server's /metrics showed in the same window "
             "(queue, running, KV usage, preemptions, server-side TTFT). It SENDS LOAD: only to allowed targets, "
             "and a non-loopback target needs confirm=true, which you must only set after the user agreed. Long "
-            "runs: background=true returns a run_id at once; poll benchmark_status, then benchmark_results."
+            "runs: background=true returns a run_id at once; poll benchmark_status, then benchmark_results. "
+            "plot=true (capacity searches) also returns the latency-throughput and goodput plots as images."
         ),
         input_model=RunBenchmarkInput, output_model=RunBenchmarkOutput, run=_run, annotations=_SENDS_LOAD,
     )

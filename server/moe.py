@@ -12,8 +12,8 @@ import anyio.to_thread
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
 
+from vllm_tune.server.confirm import user_confirms
 from vllm_tune.server.registry import add_model_tool
 from vllm_tune.tools.moe.api import MoeInput, MoeOutput, local_gpu_names, run_moe
 
@@ -23,22 +23,10 @@ log = logging.getLogger(__name__)
 _TUNE_MOE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
 
 
-class TuneConfirmation(BaseModel):
-    confirm: bool = Field(description="run the tuning job now")
-
-
-async def _confirmed(request: MoeInput, ctx: Context) -> bool:
-    """Ask the user through MCP elicitation; False when the client cannot ask or the user says no."""
-    message = (f"Tune fused-MoE kernel configs for {request.model} on {request.gpu} (TP {request.tp}, DP {request.dp},"
-               f" EP {'on' if request.ep else 'off'})? This occupies the GPU(s) for up to "
-               f"{request.budget_minutes or 0:g} minutes and writes a config file.")
-    try:
-        answer = await ctx.elicit(message, TuneConfirmation)
-    except Exception as exc:  # the client does not support elicitation: fall back to the explicit flag
-        log.info("elicitation unavailable: %s", exc)
-        return False
-    data = getattr(answer, "data", None)
-    return getattr(answer, "action", "") == "accept" and bool(getattr(data, "confirm", False))
+def _question(request: MoeInput) -> str:
+    return (f"Tune fused-MoE kernel configs for {request.model} on {request.gpu} (TP {request.tp}, DP {request.dp},"
+            f" EP {'on' if request.ep else 'off'})? This occupies the GPU(s) for up to "
+            f"{request.budget_minutes or 0:g} minutes and writes a config file.")
 
 
 def register(mcp: MCPServer[Any]) -> None:
@@ -46,7 +34,7 @@ def register(mcp: MCPServer[Any]) -> None:
         # Only ask when a job could actually start here; otherwise tune returns the plan and the reason anyway.
         can_run = request.backend != "triton" or bool(await anyio.to_thread.run_sync(local_gpu_names))
         wants = request.mode == "tune" and not request.confirm and request.budget_minutes is not None
-        if wants and can_run and await _confirmed(request, ctx):
+        if wants and can_run and await user_confirms(ctx, _question(request)):
             request = request.model_copy(update={"confirm": True})
         cancel = threading.Event()
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
 from vllm_tune.tools.errors import VllmTuneError
@@ -42,10 +42,13 @@ def add_model_tool(
     description: str,
     input_model: type[In],
     output_model: type[Out],
-    run: Callable[[In, Context], Awaitable[Out]],
+    run: Callable[[In, Context], Awaitable[Out | CallToolResult]],
     annotations: ToolAnnotations,
 ) -> None:
-    """Expose `run(input, ctx)` as the MCP tool `name` with flattened, validated arguments."""
+    """Expose `run(input, ctx)` as the MCP tool `name` with flattened, validated arguments.
+
+    `run` may return a CallToolResult instead of the output model, to add content blocks (images); its
+    structured content is still checked against `output_model`."""
 
     async def wrapper(ctx: Context, **kwargs: Any) -> Any:
         try:

@@ -31,7 +31,8 @@ def write_plots(folder: Path, result: dict[str, Any] | None,
         if xs:
             ax.plot(xs, ys, marker="o", label=f"{key} {metric}")
         if metric in capacity.slo_ms:
-            ax.axhline(capacity.slo_ms[metric], linestyle="--", linewidth=0.8)
+            ax.axhline(capacity.slo_ms[metric], linestyle="--", linewidth=0.8, color="grey",
+                       label=f"{metric} SLO")
     if capacity.knee:
         ax.axvline(capacity.knee.achieved_request_throughput, color="grey", linestyle=":", label="knee")
     ax.set_xlabel("achieved request throughput (req/s)")
@@ -43,14 +44,21 @@ def write_plots(folder: Path, result: dict[str, Any] | None,
     fig.savefig(path, dpi=110)
     plt.close(fig)
     paths.append(str(path))
-    good = [p for p in capacity.curve if p.request_goodput is not None]
+    # The saturation probe runs closed-loop at a fixed concurrency: its value is not a target rate.
+    good = [p for p in capacity.curve if p.request_goodput is not None
+            and not (capacity.variable == "rate" and p.phase == "probe")]
     if good:
         fig, ax = plt.subplots(figsize=(6, 4))
-        good.sort(key=lambda p: p.value)
-        ax.plot([p.value for p in good], [p.request_goodput or 0.0 for p in good], marker="o", label="goodput")
-        ax.plot([p.value for p in good], [p.achieved_request_throughput for p in good], marker="x",
-                label="throughput")
-        ax.set_xlabel(f"target {capacity.variable}")
+        # Boundary values are run more than once: every run is a marker, the line joins the means.
+        values = sorted({p.value for p in good})
+        series = {"goodput": ([p.request_goodput or 0.0 for p in good], "o"),
+                  "throughput": ([p.achieved_request_throughput for p in good], "x")}
+        for name, (ys, marker) in series.items():
+            means = [sum(y for p, y in zip(good, ys, strict=True) if p.value == v)
+                     / sum(1 for p in good if p.value == v) for v in values]
+            line = ax.plot(values, means, label=name)[0]
+            ax.scatter([p.value for p in good], ys, marker=marker, color=line.get_color())
+        ax.set_xlabel("target rate (req/s)" if capacity.variable == "rate" else "concurrency")
         ax.set_ylabel("req/s")
         ax.legend()
         fig.tight_layout()
