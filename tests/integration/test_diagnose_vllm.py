@@ -89,7 +89,7 @@ def test_overload_top_finding_is_capacity_bound(vllm_server_factory: VllmFactory
 def test_kv_thrash_top_finding_is_preemption(vllm_server_factory: VllmFactory) -> None:
     server = vllm_server_factory(list(load.kv_thrash.server_args))
     out = during(lambda: load.drive_state(server.url, server.model, load.kv_thrash), 1.5,
-                 lambda: diagnose(url=server.url, window_s=12, serve_flags=ServeFlags(max_num_seqs=4)))
+                 lambda: diagnose(url=server.url, window_s=20, serve_flags=ServeFlags(max_num_seqs=4)))
     assert out.bottleneck == "triage.preemption-kv-thrash", out.verdict
     assert out.signals["preemptions_per_s"].value > 0.05
     assert out.capacity.kv_usage_max is not None and out.capacity.kv_usage_max >= 0.7

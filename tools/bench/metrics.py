@@ -129,7 +129,9 @@ def compute_metrics(records: RecordLog | Iterable[RequestRecord], duration: floa
         stats = describe(series[name], percentiles)
         for stat, value in stats.items():
             out[f"{stat}_{name}_ms"] = value
-    # Per-request arrays vLLM keeps even without --save-detailed (seconds, successful requests only).
+    # Per-request arrays vLLM keeps even without --save-detailed (seconds, successful requests only), plus the
+    # TTFTs it keeps only with --save-detailed (same name), so that runs can be compared request by request.
     out["latencies"] = series["e2el"]
+    out["ttfts"] = series["ttft"]
     out["queue_times"] = [max(0.0, log.start[k] - log.intended[k]) for k in ok]
     return out
