@@ -1,6 +1,7 @@
-"""Evaluate the knowledge base's triage rules against computed signals; rank, explain, or abstain.
+"""Evaluate the knowledge base's rules against computed signals; rank, explain, or abstain.
 
-A rule (an Entry of kind `triage`) lists conditions on named signals and `match: all|any`.
+A rule (an Entry of kind `triage`, or a `pitfall` that carries signals) lists conditions on named signals and
+`match: all|any`.
 - all: every signal must be present and hold; if one is absent the rule abstains (never guesses), and the
   abstention is reported when the signals that are present all hold (so the caller knows what would decide it).
 - any: fires if a present signal holds; abstains when none is present.
@@ -38,6 +39,10 @@ class _Scored:
     root: bool
     confidence: int
     margin: float
+
+
+def condition_holds(sig: Signal, value: float) -> bool:
+    return _OPS[sig.op](value, sig.threshold)
 
 
 def _margin(sig: Signal, value: float) -> float:
@@ -84,11 +89,12 @@ def _note(entry: Entry) -> str | None:
 
 def evaluate(kb: KnowledgeBase, signals: SignalSet, *, version: str | None = None,
              advise: ActionAdvisor | None = None, confidence_cap: Confidence | None = None,
-             ) -> tuple[list[Finding], list[Abstention]]:
+             kinds: tuple[str, ...] = ("triage",)) -> tuple[list[Finding], list[Abstention]]:
+    """Fire the rules of the given kinds (triage rules on /metrics signals; pitfalls on configuration signals)."""
     scored: list[_Scored] = []
     abstained: list[Abstention] = []
     for entry in kb:
-        if entry.kind != "triage":
+        if entry.kind not in kinds or not entry.signals:
             continue
         if version and not entry.applies_to.vllm.contains(version):
             continue

@@ -1,8 +1,9 @@
 """Schema of a knowledge-base entry.
 
 One entry is one citable unit of knowledge: a lever, a triage rule, a pitfall, a metric, a flag...
-Triage rules carry machine-readable `signals` so the diagnose engine can evaluate them; every
-other kind is read by people and assistants, and cited by the tools' recommendations.
+Triage rules carry machine-readable `signals` so the diagnose engine can evaluate them on /metrics; pitfalls
+that a serving configuration shows carry signals too, evaluated by the config lint. Every other entry is read
+by people and assistants, and cited by the tools' recommendations.
 """
 
 from __future__ import annotations
@@ -194,6 +195,9 @@ class Entry(_Strict):
                 raise ValueError("a triage entry needs severity and confidence")
             if not self.actions:
                 raise ValueError("a triage entry needs at least one action")
+        if self.signals and self.kind != "triage" and (self.severity is None or self.confidence is None
+                                                        or not self.actions):
+            raise ValueError("an entry with signals needs severity, confidence and at least one action")
         if self.kind == "metric" and self.metric is None:
             raise ValueError("a metric entry needs a `metric` block")
         if self.kind == "flag" and self.flag is None:
