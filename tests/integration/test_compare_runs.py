@@ -49,14 +49,16 @@ async def test_slower_server_is_worse_on_ttft_and_the_server_window_says_why(
     cand = await bench(slow, tmp_path)
     out = compare_runs(CompareInput(runs=[base, cand], seed=1))
     assert [r.format for r in out.runs] == ["vllm-tune-benchmark"] * 2
-    assert out.runs[0].per_request == ["ttft", "e2el"]
+    assert out.runs[0].per_request == ["ttft", "e2el", "tpot"]
     rows = by_name(out)
     for name in ("ttft mean", "ttft p50", "e2el mean"):
         row = rows[name]
         assert row.verdict == "worse" and row.basis == "bootstrap", name
         assert row.ci_low is not None and row.ci_high is not None and row.ci_low > 0
         assert 15.0 < row.delta < 25.0  # 20 ms injected
-    assert rows["tpot mean"].verdict == "within-noise"  # the same ITL on both servers
+    # Both servers stream with the same ITL: TPOT is judged per request now (output_lens are saved), and its
+    # change stays small next to the 20 ms TTFT step, whatever a busy 2-core box adds to either run.
+    assert rows["tpot mean"].basis == "bootstrap" and abs(rows["tpot mean"].delta) < 2.0
     c = out.comparisons[0]
     assert c.overall == "worse"
     assert not any(chk.severity == "blocking" for chk in c.checks)

@@ -130,8 +130,11 @@ def compute_metrics(records: RecordLog | Iterable[RequestRecord], duration: floa
         for stat, value in stats.items():
             out[f"{stat}_{name}_ms"] = value
     # Per-request arrays vLLM keeps even without --save-detailed (seconds, successful requests only), plus the
-    # TTFTs it keeps only with --save-detailed (same name), so that runs can be compared request by request.
+    # TTFTs and token counts it keeps only with --save-detailed (same names; here successful requests only, in
+    # the same order), so that runs can be compared request by request (tools/compare).
     out["latencies"] = series["e2el"]
     out["ttfts"] = series["ttft"]
+    out["input_lens"] = [log.prompt_len[k] for k in ok]
+    out["output_lens"] = [log.output_len[k] for k in ok]
     out["queue_times"] = [max(0.0, log.start[k] - log.intended[k]) for k in ok]
     return out
