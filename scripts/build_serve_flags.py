@@ -57,24 +57,26 @@ def _plain(value: Any) -> Any:
     return text if len(text) <= 200 else None
 
 
-def _accepts(parser: Any, args: list[str]) -> bool:
-    """Whether vLLM's parser takes this argument list (argparse exits with status 2 when it does not)."""
+def _parse(parser: Any, args: list[str]) -> dict[str, Any] | None:
+    """What vLLM's parser makes of this argument list (attribute -> value), or None when it refuses it
+    (argparse exits with status 2)."""
     import contextlib
     import io
 
     try:
         with contextlib.redirect_stderr(io.StringIO()):
-            parser.parse_args(args)
+            namespace = parser.parse_args(args)
     except SystemExit:
-        return False
-    return True
+        return None
+    return {k: _plain(v) for k, v in vars(namespace).items()}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description="write the serve option table of the vLLM that imports here")
     ap.add_argument("--out", type=Path, default=OUT_DIR, help=f"folder to write to (default {OUT_DIR})")
     ap.add_argument("--try", dest="attempts", type=Path,
-                    help="instead: parse each argument list of this JSON file and print which the parser accepts")
+                    help="instead: parse each argument list of this JSON file; print, per list, the parsed "
+                         "attributes or null where the parser refuses it")
     cli = ap.parse_args()
     _alias_dist_name()
     import vllm  # type: ignore[import-not-found]
@@ -91,7 +93,7 @@ def main() -> int:
         raise SystemExit("cannot find vLLM's serve argument parser")
     parser = make(FlexibleArgumentParser(prog="vllm serve"))
     if cli.attempts is not None:
-        print(json.dumps([_accepts(parser, args) for args in json.loads(cli.attempts.read_text())]))
+        print(json.dumps([_parse(parser, args) for args in json.loads(cli.attempts.read_text())]))
         return 0
     options = []
     for action in parser._actions:

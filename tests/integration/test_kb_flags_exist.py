@@ -1,28 +1,23 @@
 """The knowledge base against the real vLLM 0.32.0: every flag and env var it recommends exists there, flags it
 calls removed are gone, and flags it says are newer than 0.32.0 are indeed absent.
 
-The option surface comes from `_vllm_surface.py`, run once per session with the vLLM venv's python: it builds the
-same argument parser `vllm serve` uses and lists `vllm.envs` names, without starting a server.
+The option surface is built once per session by scripts/build_serve_flags.py under the vLLM venv's python (the
+same argument parser `vllm serve` uses, and the names `vllm.envs` reads), without starting a server.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from packaging.version import Version
-from support.vllm_env import ComponentMissingError, ensure_vllm_python
+from support.vllm_parser import option_table
 
 from vllm_tune.tools.kb import load_knowledge
 from vllm_tune.tools.kb.schema import Entry
 
 pytestmark = pytest.mark.integration
 
-SURFACE_SCRIPT = Path(__file__).with_name("_vllm_surface.py")
 TEST_VLLM = "0.32.0"
 # The parser rewrites -O<n> / -O <n> into --optimization-level before argparse sees it.
 ALIASES = {"-O": "--optimization-level"}
@@ -40,17 +35,9 @@ class Surface:
 
 @pytest.fixture(scope="session")
 def vllm_surface(tmp_path_factory: pytest.TempPathFactory) -> Surface:
-    try:
-        python = ensure_vllm_python(install=False)
-    except ComponentMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    proc = subprocess.run([str(python), str(SURFACE_SCRIPT)], capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path_factory.mktemp("surface"), env=env)
-    if proc.returncode != 0:
-        pytest.fail(f"dumping the vLLM option surface failed: {proc.stderr.strip()[-2000:]}", pytrace=False)
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
-    return Surface(data["version"], frozenset(data["serve_options"]), frozenset(data["env_vars"]))
+    table = option_table(tmp_path_factory.mktemp("surface"))
+    options = {s for o in table["options"] for s in [*o["options"], *o.get("hidden", [])]}
+    return Surface(table["vllm"], frozenset(options), frozenset(table["env_vars"]))
 
 
 def _flag_entries() -> dict[str, Entry]:

