@@ -104,11 +104,15 @@ def silent_server() -> Iterator[int]:
         srv.close()
 
 
+def silent_plan(port: int, n: int, rate: float) -> LoadPlan:
+    """n Poisson-timed requests to a server that never answers: all of them stay in flight."""
+    body = build_body("completions", "m", "hello", 4, ignore_eos=True)
+    return LoadPlan(f"http://127.0.0.1:{port}", "completions", [body] * n, rate_schedule(n, rate), timeout_s=30.0)
+
+
 @pytest.mark.anyio
 async def test_cancelling_the_caller_aborts_the_load_thread(silent_server: int) -> None:
-    body = build_body("completions", "m", "hello", 4, ignore_eos=True)
-    plan = LoadPlan(f"http://127.0.0.1:{silent_server}", "completions", [body] * 200, rate_schedule(200, 50.0),
-                    timeout_s=30.0)
+    plan = silent_plan(silent_server, 200, 50.0)
     progress = Progress(200)
     task = asyncio.create_task(run_load(plan, workers=1, stop=lambda: False, progress=progress))
     await asyncio.sleep(0.3)
@@ -125,9 +129,7 @@ async def test_cancelling_the_caller_aborts_the_load_thread(silent_server: int) 
 
 @pytest.mark.anyio
 async def test_stopped_run_keeps_every_sent_request_in_plan_order(silent_server: int) -> None:
-    body = build_body("completions", "m", "hello", 4, ignore_eos=True)
-    plan = LoadPlan(f"http://127.0.0.1:{silent_server}", "completions", [body] * 100, rate_schedule(100, 40.0),
-                    timeout_s=30.0)
+    plan = silent_plan(silent_server, 100, 40.0)
     progress = Progress(100)
     stopped = asyncio.Event()
 
