@@ -68,6 +68,11 @@ async def test_agrees_with_vllm_bench_serve(vllm_server: Any, tiny_models: Any, 
     # The server's own ITL over the window and ours agree closely: the client adds no delay of its own.
     assert abs(server["server_mean_itl_ms"] - ours["mean_itl_ms"]) <= max(1.5, 0.25 * ours["mean_itl_ms"])
     assert ours["provenance"]["server_version"] and ours["provenance"]["serve_flags_from_metrics"]
+    # diagnose_metrics ran on the same window (first and last scrape of the run) and saw the requests finish.
+    diagnosis = server["diagnosis"]
+    assert diagnosis is not None, server["notes"]
+    assert (diagnosis["workload"]["finished_requests"] or 0) >= PROMPTS * 0.8
+    assert not diagnosis["verdict"].startswith(("idle", "abstaining")), diagnosis["verdict"]
 
 
 async def test_capacity_search_on_real_server(vllm_server: Any, tmp_path: Path) -> None:

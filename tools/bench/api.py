@@ -360,7 +360,7 @@ async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concur
     if watch:
         window = watch.summary(metrics.get("mean_ttft_ms"), outcome.started_at)
         if window.scrapes:
-            attach_diagnosis(window, watch.last_text)
+            await attach_diagnosis(window, watch, slo_ms=req.slo or {}, serve_flags=req.serve_flags)
         result["server"] = window.model_dump(mode="json")
         cache_config = window.cache_config
     else:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import math
 import re
 import time
@@ -236,21 +235,38 @@ class ServerWatch:
         return w
 
 
-def attach_diagnosis(window: ServerWindow, metrics_text: str) -> None:
-    """Add diagnose_metrics findings for the window when that tool is installed (built separately)."""
-    try:
-        diagnose_api: Any = importlib.import_module("vllm_tune.tools.diagnose.api")
-    except ImportError:
-        window.notes.append("diagnose tool not available; raw server stats only")
+def _known_flags(flags: dict[str, str]) -> dict[str, int | bool]:
+    """The serve flags the caller recorded, as diagnose's ServeFlags fields (metrics do not export them)."""
+    ints = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "tensor_parallel_size")
+    out: dict[str, int | bool] = {}
+    for key, value in flags.items():
+        name = key.lstrip("-").replace("-", "_")
+        if name in ints:
+            with contextlib.suppress(ValueError):
+                out[name] = int(value)
+        elif name == "enforce_eager":
+            out[name] = str(value).lower() in ("", "1", "true", "yes")
+    return out
+
+
+async def attach_diagnosis(window: ServerWindow, watch: ServerWatch, *, slo_ms: dict[str, float],
+                           serve_flags: dict[str, str]) -> None:
+    """diagnose_metrics on the run's own window: the first and last scrape, the time between them, the SLO and
+    the flags the caller recorded. A failure is a note; it never costs the measured run."""
+    from vllm_tune.tools.diagnose.api import DiagnoseInput, MetricsText, diagnose_metrics
+    from vllm_tune.tools.diagnose.models import ServeFlags, SloTargets
+
+    if len(watch.scrapes) < 2:
+        window.notes.append("fewer than two /metrics scrapes: no diagnosis for the window")
         return
     try:
-        fields = diagnose_api.DiagnoseInput.model_fields
-        args: dict[str, Any] = {}
-        for name in ("metrics_text", "metrics", "text", "exposition"):
-            if name in fields:
-                args[name] = metrics_text
-                break
-        result = diagnose_api.diagnose_metrics(diagnose_api.DiagnoseInput(**args))
+        request = DiagnoseInput(
+            metrics=[MetricsText(name="run start", text=watch.first_text),
+                     MetricsText(name="run end", text=watch.last_text)],
+            window_s=max(0.0, watch.scrapes[-1].t - watch.scrapes[0].t),
+            slo=SloTargets(**{f"{k}_ms": v for k, v in slo_ms.items() if k in ("ttft", "tpot", "e2el")}),
+            serve_flags=ServeFlags(**_known_flags(serve_flags)))
+        result = await diagnose_metrics(request)
         window.diagnosis = result.model_dump(mode="json")
-    except Exception as exc:  # another team's tool must never cost us the measured run
+    except Exception as exc:
         window.notes.append(f"diagnose_metrics failed on this window: {type(exc).__name__}: {exc}"[:300])
