@@ -396,7 +396,7 @@ def test_faster_first_token_but_slower_decode_is_mixed(tmp_path: Path, capsys: p
     out = compare(a, b)
     r = rows(out)
     assert r["ttft p50"].verdict == "better" and r["e2el p50"].verdict == "worse"
-    assert r["tpot mean"].verdict == "worse" and r["tpot mean"].basis == "threshold"
+    assert r["tpot mean"].verdict == "worse" and r["tpot mean"].basis == "bootstrap"  # output_lens are saved
     c = out.comparisons[0]
     assert c.overall == "mixed" and "regressed" in c.summary and "improved" in c.summary
     cap = [write(tmp_path, "c.json", capacity(10.0)), write(tmp_path, "d.json", capacity(14.0, knee_tp=11.0))]
