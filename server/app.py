@@ -18,7 +18,7 @@ INSTRUCTIONS = (
 )
 
 # Area modules that each expose `register(mcp)`; listed so the wiring stays explicit.
-_AREAS = ("diagnose", "parallelism", "moe", "bench", "lint", "compare")
+_AREAS = ("diagnose", "parallelism", "moe", "bench", "lint", "compare", "tune")
 
 
 def build_server() -> MCPServer[Any]:

@@ -1,0 +1,57 @@
+"""The tuning loop end to end on the real vLLM CPU server: each trial starts `vllm serve` with its command,
+is measured with the session workload and stopped; the loop moves --max-num-seqs where the queue says so."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.vllm_env import VLLM_CLI, ensure_vllm_python
+from support.vllm_server import BASE_ENV
+
+from vllm_tune.tools.tune.api import tune_next, tune_report, tune_run_trial, tune_start
+from vllm_tune.tools.tune.models import RunTrialInput, SessionRef, TuneStartInput, TuneWorkload
+
+pytestmark = pytest.mark.integration
+
+
+def _no_process_serving(model: str) -> bool:
+    out = os.popen("ps -eo args").read()
+    return not any(model in line and " serve " in line for line in out.splitlines())
+
+
+def test_two_trials_on_real_vllm(tiny_models: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    python = ensure_vllm_python(install=False)
+    monkeypatch.setenv("VLLM_TUNE_VLLM_CMD", shlex.join([str(python), str(VLLM_CLI)]))
+    model = str(tiny_models.llama)
+    # Two sequences at a time for eight concurrent requests: most of TTFT is queueing.
+    base = f"vllm serve {model} --enforce-eager --dtype bfloat16 --max-model-len 1024 --max-num-seqs 2 --port 8000"
+    state = tune_start(TuneStartInput(
+        command=base, goal="latency", slo={"ttft": 60_000}, levers=["--max-num-seqs"], max_trials=2,
+        workload=TuneWorkload(input_len=32, output_len=16, concurrency=8, num_prompts=32, warmup_requests=2),
+        env=dict(BASE_ENV), vllm_version="0.32.0", save_result=str(tmp_path)))
+    run = RunTrialInput(session_id=state.session_id, confirm=True, start_timeout_s=300, save_result=str(tmp_path))
+
+    state = tune_run_trial(run)
+    base_trial = state.trial(0)
+    assert base_trial.status == "measured", base_trial.notes
+    assert base_trial.run_id and base_trial.objective and base_trial.objective > 0
+    assert (Path(state.path).parent / "trial-0").is_dir()  # the server's log
+
+    state = tune_next(SessionRef(session_id=state.session_id, save_result=str(tmp_path)))
+    trial = state.trials[-1]
+    assert trial.changes == {"--max-num-seqs": "4"} and "--port" not in trial.changes
+    assert {"lever.max-num-seqs-by-goal"} & set(trial.knowledge_ids)
+
+    state = tune_run_trial(run)
+    trial = state.trial(trial.id)
+    assert trial.status == "measured", trial.notes
+    assert trial.objective is not None and trial.objective < base_trial.objective
+    assert trial.verdict == "better" and state.best == trial.id, trial.notes
+    assert state.state == "done"
+    assert "--max-num-seqs 4" in tune_report(SessionRef(session_id=state.session_id,
+                                                        save_result=str(tmp_path))).next_step
+    assert _no_process_serving(model)

@@ -1,0 +1,306 @@
+"""The tuning loop: start a session, propose a trial, record (or run) its measurement, report the best.
+
+An agent drives it: tune_start measures nothing and proposes the baseline; after each measurement tune_next
+proposes one lever change from the best command so far (tools/tune/propose.py). A trial is measured either by
+the caller (restart the server with the trial's command, run_benchmark with the session's workload, then
+tune_record) or by tune_run_trial, which starts vLLM on this machine on a loopback port, measures it and stops
+it. A trial replaces the best only when compare_runs calls its objective better beyond noise and it does not
+break an SLO the best met; everything measured stays in the session with its run id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from vllm_tune.tools.bench.api import RunBenchmarkInput, run_benchmark
+from vllm_tune.tools.bench.metrics import percentile_label
+from vllm_tune.tools.compare.api import CompareInput, compare_runs
+from vllm_tune.tools.compare.load import resolve
+from vllm_tune.tools.errors import BadInputError, TargetError
+from vllm_tune.tools.lint.api import LintInput, lint_config
+from vllm_tune.tools.lint.flags import load_table, pick_version
+from vllm_tune.tools.tune import session as store
+from vllm_tune.tools.tune.models import (
+    RecordInput,
+    RunTrialInput,
+    SessionRef,
+    Trial,
+    TuneStartInput,
+    TuneState,
+)
+from vllm_tune.tools.tune.propose import (
+    GOAL_MOVES,
+    LEVERS,
+    Move,
+    candidates,
+    default_levers,
+    diagnosis_moves,
+    lever_settings,
+)
+
+KB_LOOP = "method.tuning-loop"
+_REFUSED = {"unknown", "other-release", "missing-value", "bad-choice"}
+
+
+def _goal_key(req: TuneStartInput) -> str:
+    if req.goal == "throughput":
+        return "throughput"
+    metric = next((k for k in ("ttft", "tpot", "e2el") if k in req.slo), "ttft")
+    return "latency-ttft" if metric == "ttft" else "latency-decode"
+
+
+def _objective(req: TuneStartInput) -> tuple[str, str]:
+    if req.goal == "throughput":
+        return ("request_goodput" if req.slo else "output_throughput"), "higher"
+    metric = next((k for k in ("ttft", "tpot", "e2el") if k in req.slo), "ttft")
+    return f"{percentile_label(req.slo_percentile)}_{metric}_ms", "lower"
+
+
+def _lint(command: str, state: TuneState) -> tuple[str, list[str]]:
+    out = lint_config(LintInput(command=command, vllm_version=state.vllm_version, gpu=state.gpu, offline=True))
+    refused = [f"{p.option}: {p.detail}" for p in out.option_problems if p.problem in _REFUSED]
+    refused += [f"{f.id}: {f.title}" for f in out.findings if f.severity == "critical"]
+    return out.verdict, refused
+
+
+def _bench_arguments(state: TuneState, trial: Trial, url: str | None) -> dict[str, Any]:
+    w = state.workload
+    args: dict[str, Any] = {
+        "url": url or "<the server's URL>", "endpoint": w.endpoint, "input_len": w.input_len,
+        "output_len": w.output_len, "num_prompts": w.num_prompts, "warmup_requests": w.warmup_requests,
+        "seed": w.seed, "slo": state.slo, "percentiles": sorted({50.0, 90.0, 99.0, state.slo_percentile}),
+        "serve_flags": lever_settings(trial.command, load_table(_table_version(state)), state.levers),
+        "save_result": state.save_result,
+    }
+    args.update({"concurrency": w.concurrency} if w.concurrency else {"rate": w.rate})
+    args["serve_flags"] = {k.lstrip("-").replace("-", "_"): v for k, v in args["serve_flags"].items() if v}
+    return args
+
+
+def _table_version(state: TuneState) -> str:
+    return pick_version(state.vllm_version)[0]
+
+
+def _advance(state: TuneState) -> None:
+    """Set state and next_step from the trials."""
+    pending = [t for t in state.trials if t.status == "proposed"]
+    measured = [t for t in state.trials if t.status in ("measured", "failed")]
+    if pending:
+        t = pending[0]
+        state.state = "needs-measurement"
+        state.next_step = (f"measure trial {t.id}: either tune_run_trial (starts vLLM here with its command, "
+                           f"measures, stops it) or restart your server with `{t.command}`, call run_benchmark "
+                           "with the session workload (see the trial notes) and then tune_record with its run id")
+    elif len(measured) >= state.max_trials:
+        state.state = "done"
+        state.next_step = "the trial budget is spent: read the report (tune_report)"
+    else:
+        state.state = "ready-for-next"
+        state.next_step = "call tune_next for the next trial"
+
+
+def tune_start(req: TuneStartInput) -> TuneState:
+    version = pick_version(req.vllm_version)[0]
+    table = load_table(version)
+    goal_key = _goal_key(req)
+    levers = req.levers or default_levers(goal_key)
+    unknown = [f for f in levers if f not in LEVERS]
+    if unknown:
+        raise BadInputError(f"the loop cannot move {', '.join(unknown)}; it knows {', '.join(LEVERS)}")
+    if unsupported := [k for k in req.slo if k not in ("ttft", "tpot", "e2el")]:
+        raise BadInputError(f"SLO keys are ttft, tpot and e2el (ms), not {', '.join(unsupported)}")
+    objective, better = _objective(req)
+    sid = store.new_session_id()
+    path = store.session_dir(sid, req.save_result) / "session.json"
+    state = TuneState(session_id=sid, path=str(path), goal=req.goal, objective=objective, better_when=better,
+                      slo=dict(req.slo), slo_percentile=req.slo_percentile, workload=req.workload, levers=levers,
+                      max_trials=req.max_trials, env=dict(req.env), vllm_version=req.vllm_version, gpu=req.gpu,
+                      save_result=req.save_result, knowledge_ids=[KB_LOOP, "benchmarking.ab-comparison"])
+    verdict, refused = _lint(req.command, state)
+    if refused:
+        raise BadInputError("the base command would not start: " + "; ".join(refused[:3]))
+    lever_settings(req.command, table, levers)  # reads the command once more: a malformed one fails here
+    baseline = Trial(id=0, command=req.command, changes={}, rationale="baseline: the command as given",
+                     knowledge_ids=[KB_LOOP], lint=verdict)
+    baseline.notes.append("run_benchmark arguments: " + json.dumps(_bench_arguments(state, baseline, None)))
+    state.trials.append(baseline)
+    _advance(state)
+    store.save(state)
+    return state
+
+
+def _result_of(state: TuneState, trial_id: int | None) -> dict[str, Any] | None:
+    if trial_id is None:
+        return None
+    path = state.trial(trial_id).result_path
+    if not path:
+        return None
+    try:
+        data: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def tune_next(ref: SessionRef) -> TuneState:
+    state = store.load(ref.session_id, ref.save_result)
+    if state.state == "needs-measurement":
+        return state  # next_step already says which trial to measure
+    if state.state == "done" or state.best is None:
+        if state.best is None:
+            state.state = "done"
+            state.next_step = "no trial could be measured; fix the base command or the workload and start again"
+            store.save(state)
+        return state
+    table = load_table(_table_version(state))
+    best = state.trial(state.best)
+    goal_moves = GOAL_MOVES["throughput" if state.goal == "throughput" else
+                            ("latency-ttft" if state.objective.endswith("_ttft_ms") else "latency-decode")]
+    moves = diagnosis_moves(_result_of(state, state.best), state.levers)
+    moves += [Move(flag, direction, f"the {state.goal} goal's usual lever", list(LEVERS[flag].knowledge_ids))
+              for flag, direction in goal_moves]
+    tried = [lever_settings(t.command, table, state.levers) for t in state.trials]
+    found, notes = candidates(best.command, moves, state.levers, tried, table)
+    for cand in found:
+        trial = Trial(id=len(state.trials), command=cand.command, changes=cand.changes, derived_from=best.id,
+                      rationale=cand.rationale, knowledge_ids=[KB_LOOP, *cand.knowledge_ids])
+        trial.lint, refused = _lint(cand.command, state)
+        if refused:
+            trial.status, trial.notes = "rejected", ["would not start: " + "; ".join(refused[:3])]
+            state.trials.append(trial)
+            continue
+        trial.notes = [*notes, "run_benchmark arguments: " + json.dumps(_bench_arguments(state, trial, None))]
+        state.trials.append(trial)
+        _advance(state)
+        store.save(state)
+        return state
+    state.state = "done"
+    state.next_step = "no untried one-lever change is left from the best command: read the report (tune_report)"
+    if notes:
+        state.next_step += "; " + "; ".join(notes)
+    store.save(state)
+    return state
+
+
+def _slo_met(state: TuneState, result: dict[str, Any]) -> bool | None:
+    if not state.slo:
+        return None
+    label = percentile_label(state.slo_percentile)
+    values = [result.get(f"{label}_{k}_ms") for k in state.slo]
+    if any(not isinstance(v, int | float) for v in values):
+        return None
+    return all(float(v) <= state.slo[k] for k, v in zip(state.slo, values, strict=True))  # type: ignore[arg-type]
+
+
+def _judge(state: TuneState, trial: Trial) -> None:
+    """Compare a measured trial with the best so far and promote it when it wins."""
+    if state.best is None:
+        trial.verdict = "baseline"
+        state.best = trial.id
+        return
+    best = state.trial(state.best)
+    assert best.result_path and trial.result_path
+    out = compare_runs(CompareInput(runs=[best.result_path, trial.result_path], seed=state.workload.seed,
+                                    percentiles=sorted({50.0, state.slo_percentile})))
+    comparison = out.comparisons[0]
+    row = next((m for m in comparison.metrics if m.key == state.objective), None)
+    blocking = [c.message for c in comparison.checks if c.severity == "blocking"]
+    trial.verdict = "not-comparable" if blocking or row is None else row.verdict
+    if blocking:
+        trial.notes.append("not comparable with the best: " + "; ".join(blocking[:2]))
+    worse = [f"{m.metric} {m.statistic}" for m in comparison.metrics
+             if m.verdict == "worse" and m.key != state.objective]
+    if worse:
+        trial.notes.append("also worse: " + ", ".join(worse[:6]))
+    keeps_slo = trial.slo_met is not False or best.slo_met is False
+    if trial.verdict == "better" and keeps_slo:
+        state.best = trial.id
+        trial.notes.append(f"new best (was trial {best.id})")
+    for kid in comparison.knowledge_ids:
+        if kid not in state.knowledge_ids:
+            state.knowledge_ids.append(kid)
+
+
+def tune_record(req: RecordInput) -> TuneState:
+    state = store.load(req.session_id, req.save_result)
+    try:
+        trial = state.trial(req.trial)
+    except KeyError:
+        raise BadInputError(f"session {state.session_id} has no trial {req.trial}") from None
+    if trial.status != "proposed":
+        raise BadInputError(f"trial {trial.id} is {trial.status}; only a proposed trial can be recorded")
+    if req.failed_reason is not None:
+        trial.status = "failed"
+        trial.notes.append(f"not measured: {req.failed_reason}")
+    else:
+        assert req.run is not None
+        path = resolve(req.run, state.save_result)
+        try:
+            result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise BadInputError(f"cannot read the result {path}: {exc}") from None
+        value = result.get(state.objective)
+        if not isinstance(value, int | float):
+            raise BadInputError(f"{path} has no {state.objective}; measure with the session workload "
+                                "(and its SLO, for goodput)")
+        trial.status, trial.result_path = "measured", str(path)
+        trial.run_id = result.get("vllm_tune", {}).get("run_id") if isinstance(result.get("vllm_tune"), dict) \
+            else None
+        trial.objective = float(value)
+        trial.slo_met = _slo_met(state, result)
+        _judge(state, trial)
+    _advance(state)
+    store.save(state)
+    return state
+
+
+def tune_report(ref: SessionRef) -> TuneState:
+    state = store.load(ref.session_id, ref.save_result)
+    measured = [t for t in state.trials if t.status == "measured" and t.objective is not None]
+    if state.best is not None and measured:
+        best, base = state.trial(state.best), measured[0]
+        if best.id != base.id and base.objective and best.objective is not None:
+            change = (best.objective - base.objective) / abs(base.objective) * 100.0
+            state.next_step = (f"best: trial {best.id}, {state.objective} {best.objective:.4g} vs {base.objective:.4g} "
+                               f"for the baseline ({change:+.1f} %): `{best.command}`")
+        else:
+            state.next_step = f"the baseline is still the best ({state.objective} {base.objective:.4g})"
+    return state
+
+
+def tune_run_trial(req: RunTrialInput, *, cancel: threading.Event | None = None) -> TuneState:
+    """Start vLLM here with the trial's command, measure it with the session workload, stop it, record it."""
+    if not req.confirm:
+        raise BadInputError("tune_run_trial starts vLLM on this machine and loads it: it needs confirm=true, "
+                            "given only after the user agreed")
+    state = store.load(req.session_id, req.save_result)
+    pending = [t for t in state.trials if t.status == "proposed"]
+    trial = state.trial(req.trial) if req.trial is not None else (pending[0] if pending else None)
+    if trial is None or trial.status != "proposed":
+        raise BadInputError("no proposed trial to run; call tune_next first")
+    from vllm_tune.tools.tune.launcher import start_server  # subprocess machinery only when a trial runs here
+
+    log_dir = Path(state.path).parent / f"trial-{trial.id}"
+    try:
+        server = start_server(trial.command, env=state.env, log_dir=log_dir, start_timeout_s=req.start_timeout_s,
+                              cancel=cancel)
+    except TargetError as exc:
+        return tune_record(RecordInput(session_id=state.session_id, trial=trial.id, save_result=req.save_result,
+                                       failed_reason=f"the server did not start: {exc}"))
+    try:
+        args = _bench_arguments(state, trial, server.url)
+        out = asyncio.run(run_benchmark(RunBenchmarkInput(**args), stop=lambda: bool(cancel and cancel.is_set())))
+    except (TargetError, BadInputError) as exc:
+        return tune_record(RecordInput(session_id=state.session_id, trial=trial.id, save_result=req.save_result,
+                                       failed_reason=f"the benchmark failed: {exc}"))
+    finally:
+        server.stop()
+    if out.result_path is None or out.state != "completed":
+        return tune_record(RecordInput(session_id=state.session_id, trial=trial.id, save_result=req.save_result,
+                                       failed_reason=f"the benchmark ended {out.state}"))
+    return tune_record(RecordInput(session_id=state.session_id, trial=trial.id, run=out.result_path,
+                                   save_result=req.save_result))

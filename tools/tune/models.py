@@ -1,0 +1,123 @@
+"""Inputs and state of a tuning session (one pydantic model each, shared by the CLI, JSON output and MCP)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+Goal = Literal["latency", "throughput"]
+TrialStatus = Literal["proposed", "measured", "failed", "rejected"]
+SessionState = Literal["needs-measurement", "ready-for-next", "done"]
+MAX_TRIALS = 50
+
+
+class TuneWorkload(BaseModel):
+    """The load every trial is measured with (the same for all, so trials compare like for like)."""
+
+    endpoint: Literal["completions", "chat"] = "completions"
+    input_len: int = Field(default=256, ge=1, le=1_000_000)
+    output_len: int = Field(default=128, ge=1, le=1_000_000)
+    concurrency: int | None = Field(default=None, ge=1, le=10_000, description="closed loop: requests in flight")
+    rate: float | None = Field(default=None, gt=0, le=100_000, description="open loop: requests per second")
+    num_prompts: int = Field(default=200, ge=10, le=100_000)
+    warmup_requests: int = Field(default=4, ge=0, le=100)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _one_load(self) -> TuneWorkload:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("the workload needs exactly one of concurrency or rate")
+        return self
+
+
+class TuneStartInput(BaseModel):
+    command: str = Field(description="the `vllm serve ...` command the session starts from (pin the values of the "
+                                     "flags to tune, e.g. --max-num-seqs 64)")
+    goal: Goal = Field(default="latency", description="latency: lower the SLO percentile (TTFT by default); "
+                                                      "throughput: raise goodput (or output tokens/s without SLO)")
+    slo: dict[str, float] = Field(default={}, description="targets in ms: ttft, tpot, e2el")
+    slo_percentile: float = Field(default=99.0, gt=0, lt=100)
+    workload: TuneWorkload
+    levers: list[str] = Field(default=[], description="flags the loop may change (default: by goal)")
+    max_trials: int = Field(default=6, ge=1, le=MAX_TRIALS, description="measured trials, the baseline included")
+    env: dict[str, str] = Field(default={}, description="environment for servers the loop starts (values are "
+                                                        "stored; never put secrets here, they come from the "
+                                                        "environment of vllm-tune itself)")
+    vllm_version: str | None = Field(default=None, description="release the commands must be valid for")
+    gpu: str | None = None
+    save_result: str | None = Field(default=None, description="results directory (sessions live in its tune/)")
+
+
+class SessionRef(BaseModel):
+    session_id: str
+    save_result: str | None = None
+
+
+class RecordInput(BaseModel):
+    session_id: str
+    trial: int = Field(ge=0)
+    run: str | None = Field(default=None, description="run id, run folder or result.json of the measured run")
+    failed_reason: str | None = Field(default=None, max_length=2000,
+                                      description="instead of a run: why the trial could not be measured")
+    save_result: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> RecordInput:
+        if (self.run is None) == (self.failed_reason is None):
+            raise ValueError("give either run or failed_reason")
+        return self
+
+
+class RunTrialInput(BaseModel):
+    session_id: str
+    trial: int | None = Field(default=None, ge=0, description="default: the trial waiting for measurement")
+    confirm: bool = Field(default=False, description="must be true: starts vLLM on this machine and loads it")
+    start_timeout_s: float = Field(default=900.0, gt=0, le=3600)
+    save_result: str | None = None
+
+
+class Trial(BaseModel):
+    id: int
+    command: str
+    changes: dict[str, str] = Field(description="flag -> value against the trial it was derived from")
+    derived_from: int | None = None
+    rationale: str
+    knowledge_ids: list[str] = Field(default_factory=list)
+    lint: str = Field(default="", description="lint_config verdict for the command")
+    status: TrialStatus = "proposed"
+    run_id: str | None = None
+    result_path: str | None = None
+    objective: float | None = None
+    slo_met: bool | None = None
+    verdict: str | None = Field(default=None, description="against the best trial at the time: better, worse, "
+                                                          "within-noise, not-comparable (the baseline: baseline)")
+    notes: list[str] = Field(default_factory=list)
+
+
+class TuneState(BaseModel):
+    session_id: str
+    path: str
+    goal: Goal
+    objective: str = Field(description="result field the loop optimises, e.g. p99_ttft_ms")
+    better_when: Literal["lower", "higher"]
+    slo: dict[str, float]
+    slo_percentile: float
+    workload: TuneWorkload
+    levers: list[str]
+    max_trials: int
+    env: dict[str, str]
+    vllm_version: str | None
+    gpu: str | None
+    save_result: str | None
+    trials: list[Trial] = Field(default_factory=list)
+    best: int | None = Field(default=None, description="id of the best measured trial")
+    state: SessionState = "needs-measurement"
+    next_step: str = ""
+    knowledge_ids: list[str] = Field(default_factory=list)
+
+    def trial(self, trial_id: int) -> Trial:
+        for t in self.trials:
+            if t.id == trial_id:
+                return t
+        raise KeyError(trial_id)
