@@ -45,7 +45,8 @@ def register(mcp: MCPServer[Any]) -> None:
                 log.debug("progress report failed", exc_info=True)
 
         try:
-            return await anyio.to_thread.run_sync(lambda: run_moe(request, progress=progress, cancel=cancel))
+            return await anyio.to_thread.run_sync(lambda: run_moe(request, progress=progress, cancel=cancel),
+                                                  abandon_on_cancel=True)
         except anyio.get_cancelled_exc_class():
             cancel.set()
             raise

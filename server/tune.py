@@ -76,7 +76,9 @@ def register(mcp: MCPServer[Any]) -> None:
                 request = request.model_copy(update={"confirm": True})
         cancel = threading.Event()
         try:
-            return await anyio.to_thread.run_sync(lambda: tune_run_trial(request, cancel=cancel))
+            # abandon: the cancel reaches us at once; the flag then stops the trial server in the worker thread
+            return await anyio.to_thread.run_sync(lambda: tune_run_trial(request, cancel=cancel),
+                                                  abandon_on_cancel=True)
         except anyio.get_cancelled_exc_class():
             cancel.set()
             raise

@@ -29,12 +29,16 @@ def diagnose(**kwargs: object) -> DiagnoseOutput:
 
 
 def during(work: Callable[[], object], lead_s: float, fn: Callable[[], DiagnoseOutput]) -> DiagnoseOutput:
-    """Start `work` in a thread, wait `lead_s`, run `fn` while it runs, then wait for `work` to finish."""
+    """Start `work` in a thread, wait `lead_s`, run `fn` while it runs, then wait for `work` to finish.
+
+    A load whose requests failed (the load generator counts failures instead of raising) fails the test with
+    its errors, so an empty window is never mistaken for a diagnosis problem."""
     errors: list[BaseException] = []
+    results: list[object] = []
 
     def run() -> None:
         try:
-            work()
+            results.append(work())
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -46,6 +50,8 @@ def during(work: Callable[[], object], lead_s: float, fn: Callable[[], DiagnoseO
     finally:
         thread.join(timeout=180)
         assert not errors, errors
+        failed = [r for r in results if isinstance(r, load.LoadResult) and (r.failed or r.errors)]
+        assert not failed, failed
 
 
 def warnings(out: DiagnoseOutput) -> list[str]:
@@ -71,8 +77,16 @@ def test_light_load_is_healthy(vllm_server: VllmServer) -> None:
     assert out.slo["ttft"].status == "met"
 
 
+def warm(server: VllmServer) -> None:
+    """One short request first: a fresh server's first engine steps are slow (warm-up), and a window that
+    falls inside them sees no step finish and reads as idle."""
+    result = load.drive(server.url, server.model, requests=1, max_tokens=4)
+    assert result.completed == 1, result.errors
+
+
 def test_overload_top_finding_is_capacity_bound(vllm_server_factory: VllmFactory) -> None:
     server = vllm_server_factory(list(load.overload.server_args))
+    warm(server)
     out = during(lambda: load.drive_state(server.url, server.model, load.overload), 1.5,
                  lambda: diagnose(url=server.url, window_s=6, serve_flags=ServeFlags(max_num_seqs=2)))
     assert out.bottleneck == "triage.ttft-high-queue-growing", out.verdict
@@ -88,6 +102,7 @@ def test_overload_top_finding_is_capacity_bound(vllm_server_factory: VllmFactory
 
 def test_kv_thrash_top_finding_is_preemption(vllm_server_factory: VllmFactory) -> None:
     server = vllm_server_factory(list(load.kv_thrash.server_args))
+    warm(server)
     out = during(lambda: load.drive_state(server.url, server.model, load.kv_thrash), 1.5,
                  lambda: diagnose(url=server.url, window_s=20, serve_flags=ServeFlags(max_num_seqs=4)))
     assert out.bottleneck == "triage.preemption-kv-thrash", out.verdict

@@ -108,6 +108,8 @@ def test_bad_starts_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFi
     with pytest.raises(BadInputError, match="would not start"):
         tune_start(TuneStartInput(command="vllm serve org/m --max-num-sqs 8", workload=workload,
                                   save_result=str(tmp_path)))
+    with pytest.raises(BadInputError, match="like a secret"):
+        tune_start(TuneStartInput(command=BASE, workload=workload, env={"HF_TOKEN": "hf_x"}, save_result=str(tmp_path)))
     with pytest.raises(BadInputError, match="cannot move"):
         tune_start(TuneStartInput(command=BASE, workload=workload, levers=["--block-size"], save_result=str(tmp_path)))
     assert cli_main(["tune", "next", "tune-20260101-000000-abcdef", "--save-result", str(tmp_path)]) == 2

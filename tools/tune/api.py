@@ -23,6 +23,7 @@ from vllm_tune.tools.compare.load import resolve
 from vllm_tune.tools.errors import BadInputError, TargetError
 from vllm_tune.tools.lint.api import LintInput, lint_config
 from vllm_tune.tools.lint.flags import load_table, pick_version
+from vllm_tune.tools.net.http import SECRET_ENVS
 from vllm_tune.tools.tune import session as store
 from vllm_tune.tools.tune.models import (
     RecordInput,
@@ -111,6 +112,10 @@ def tune_start(req: TuneStartInput) -> TuneState:
     unknown = [f for f in levers if f not in LEVERS]
     if unknown:
         raise BadInputError(f"the loop cannot move {', '.join(unknown)}; it knows {', '.join(LEVERS)}")
+    if secret := [k for k in req.env if k in SECRET_ENVS or any(w in k.upper() for w in ("TOKEN", "KEY", "SECRET",
+                                                                                         "PASSWORD"))]:
+        raise BadInputError(f"{', '.join(secret)} look(s) like a secret: the session file would keep it; set it in "
+                            "the environment vLLM-tune itself runs in, which started servers inherit")
     if unsupported := [k for k in req.slo if k not in ("ttft", "tpot", "e2el")]:
         raise BadInputError(f"SLO keys are ttft, tpot and e2el (ms), not {', '.join(unsupported)}")
     objective, better = _objective(req)
