@@ -75,3 +75,16 @@ def parse_key_values(text: str, *, allowed: set[str] | None = None, what: str = 
         except ValueError:
             raise BadInputError(f"bad {what} {part!r}: {raw!r} is not a number") from None
     return out
+
+
+def parse_env_items(items: list[str]) -> dict[str, str]:
+    """Repeated --env NAME=VALUE options as a dict."""
+    from vllm_tune.tools.errors import BadInputError
+
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise BadInputError(f"--env {item!r}: expected NAME=VALUE")
+        out[name] = value
+    return out

@@ -6,7 +6,7 @@ import argparse
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from vllm_tune.cli.common import EXIT_FAILURE, EXIT_OK, print_json
+from vllm_tune.cli.common import EXIT_FAILURE, EXIT_OK, parse_env_items, print_json
 
 if TYPE_CHECKING:
     from vllm_tune.tools.lint.api import LintOutput
@@ -33,18 +33,6 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_lint)
 
 
-def _env(items: list[str]) -> dict[str, str]:
-    from vllm_tune.tools.errors import BadInputError
-
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise BadInputError(f"--env {item!r}: expected NAME=VALUE")
-        out[name] = value
-    return out
-
-
 def _lint(args: argparse.Namespace) -> int:
     from vllm_tune.tools.errors import BadInputError
     from vllm_tune.tools.lint.api import LintInput, lint_config
@@ -53,7 +41,7 @@ def _lint(args: argparse.Namespace) -> int:
     if argv and args.command_line:
         raise BadInputError("give the command either after -- or with --command, not both")
     command = args.command_line or (shlex.join(argv) if argv else None)
-    out = lint_config(LintInput(command=command, config_file=args.config_file, env=_env(args.env),
+    out = lint_config(LintInput(command=command, config_file=args.config_file, env=parse_env_items(args.env),
                                 vllm_version=args.vllm_version, model=args.model, gpu=args.gpu, nodes=args.nodes,
                                 offline=args.offline))
     if args.json:

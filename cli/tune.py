@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from vllm_tune.cli.common import parse_key_values, print_json
+from vllm_tune.cli.common import parse_env_items, parse_key_values, print_json
 
 if TYPE_CHECKING:
     from vllm_tune.tools.tune.models import TuneState
@@ -71,18 +71,6 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the session as JSON")
 
 
-def _env(items: list[str]) -> dict[str, str]:
-    from vllm_tune.tools.errors import BadInputError
-
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise BadInputError(f"--env {item!r}: expected NAME=VALUE")
-        out[name] = value
-    return out
-
-
 def _show(state: TuneState, args: argparse.Namespace) -> int:
     if args.json:
         print_json(state)
@@ -112,7 +100,7 @@ def _start(args: argparse.Namespace) -> int:
     state = tune_start(TuneStartInput(
         command=args.command_line, goal=args.goal, slo=parse_key_values(args.slo or "", what="SLO"),
         slo_percentile=args.slo_percentile, workload=workload, levers=args.lever, max_trials=args.max_trials,
-        env=_env(args.env), vllm_version=args.vllm_version, gpu=args.gpu, save_result=args.save_result))
+        env=parse_env_items(args.env), vllm_version=args.vllm_version, gpu=args.gpu, save_result=args.save_result))
     return _show(state, args)
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -17,6 +18,8 @@ from vllm_tune.tools.tune.api import tune_next, tune_record, tune_report, tune_r
 from vllm_tune.tools.tune.models import RecordInput, RunTrialInput, SessionRef, TuneStartInput, TuneState
 from vllm_tune.tools.tune.session import load
 
+In = TypeVar("In", TuneStartInput, SessionRef, RecordInput)
+
 # Session steps write the session file and nothing else.
 _WRITES_SESSION = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                   open_world_hint=False)
@@ -27,10 +30,16 @@ _RUNS_SERVER = ToolAnnotations(read_only_hint=False, destructive_hint=False, ide
                                open_world_hint=False)
 
 
-def register(mcp: MCPServer[Any]) -> None:
-    async def _start(request: TuneStartInput, ctx: Context) -> TuneState:
-        return await anyio.to_thread.run_sync(lambda: tune_start(request))
+def _in_thread(fn: Callable[[In], TuneState]) -> Callable[[In, Context], Awaitable[TuneState]]:
+    """Session steps read and write files (and lint, compare): off the event loop."""
 
+    async def run(request: In, ctx: Context) -> TuneState:
+        return await anyio.to_thread.run_sync(lambda: fn(request))
+
+    return run
+
+
+def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="tune_start", title="Start a tuning session from a vllm serve command",
         description=(
@@ -41,29 +50,21 @@ def register(mcp: MCPServer[Any]) -> None:
             "run_benchmark with the arguments in the trial notes, then tune_record. Then alternate tune_next and "
             "measurement until `state` is done; tune_report gives the best command."
         ),
-        input_model=TuneStartInput, output_model=TuneState, run=_start, annotations=_WRITES_SESSION,
+        input_model=TuneStartInput, output_model=TuneState, run=_in_thread(tune_start), annotations=_WRITES_SESSION,
     )
-
-    async def _next(request: SessionRef, ctx: Context) -> TuneState:
-        return await anyio.to_thread.run_sync(lambda: tune_next(request))
-
     add_model_tool(
         mcp, name="tune_next", title="Propose the next tuning trial",
         description="Propose one lever change from the best command so far: first what the diagnosis of the best "
                     "trial's /metrics window asks for, then the goal's usual levers; linted, never a repeat. Each "
                     "trial cites the knowledge entries behind it.",
-        input_model=SessionRef, output_model=TuneState, run=_next, annotations=_WRITES_SESSION,
+        input_model=SessionRef, output_model=TuneState, run=_in_thread(tune_next), annotations=_WRITES_SESSION,
     )
-
-    async def _record(request: RecordInput, ctx: Context) -> TuneState:
-        return await anyio.to_thread.run_sync(lambda: tune_record(request))
-
     add_model_tool(
         mcp, name="tune_record", title="Attach a measured run to a tuning trial",
         description="Record the run_benchmark run (run id or result path) that measured a trial, or why it could not "
                     "be measured. The trial is compared with the best so far (compare_runs) and becomes the best "
                     "only when its objective is better beyond noise and it keeps the SLO.",
-        input_model=RecordInput, output_model=TuneState, run=_record, annotations=_WRITES_SESSION,
+        input_model=RecordInput, output_model=TuneState, run=_in_thread(tune_record), annotations=_WRITES_SESSION,
     )
 
     async def _run(request: RunTrialInput, ctx: Context) -> TuneState:
@@ -91,13 +92,9 @@ def register(mcp: MCPServer[Any]) -> None:
                     "start is recorded as a failed trial with the reason.",
         input_model=RunTrialInput, output_model=TuneState, run=_run, annotations=_RUNS_SERVER,
     )
-
-    async def _report(request: SessionRef, ctx: Context) -> TuneState:
-        return await anyio.to_thread.run_sync(lambda: tune_report(request))
-
     add_model_tool(
         mcp, name="tune_report", title="Report of a tuning session",
         description="All trials with their objective, verdict against the best and notes; `next_step` names the "
                     "best command and its change against the baseline.",
-        input_model=SessionRef, output_model=TuneState, run=_report, annotations=_READS_SESSION,
+        input_model=SessionRef, output_model=TuneState, run=_in_thread(tune_report), annotations=_READS_SESSION,
     )

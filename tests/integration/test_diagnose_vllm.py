@@ -87,7 +87,8 @@ def warm(server: VllmServer) -> None:
 def test_overload_top_finding_is_capacity_bound(vllm_server_factory: VllmFactory) -> None:
     server = vllm_server_factory(list(load.overload.server_args))
     warm(server)
-    out = during(lambda: load.drive_state(server.url, server.model, load.overload), 1.5,
+    # Start the window once the first pairs are done: requests finishing inside it have queued for seconds.
+    out = during(lambda: load.drive_state(server.url, server.model, load.overload), 4.0,
                  lambda: diagnose(url=server.url, window_s=6, serve_flags=ServeFlags(max_num_seqs=2)))
     assert out.bottleneck == "triage.ttft-high-queue-growing", out.verdict
     # Dozens queue behind max_num_seqs=2 at first; how far the queue has drained by the end of the window
