@@ -70,15 +70,16 @@ def _lint(command: str, state: TuneState) -> tuple[str, list[str]]:
 
 def _bench_arguments(state: TuneState, trial: Trial, url: str | None) -> dict[str, Any]:
     w = state.workload
+    # The lever values the trial pins, under their attribute names, recorded in the run's provenance.
+    pinned = lever_settings(trial.command, load_table(_table_version(state)), state.levers)
     args: dict[str, Any] = {
         "url": url or "<the server's URL>", "endpoint": w.endpoint, "input_len": w.input_len,
         "output_len": w.output_len, "num_prompts": w.num_prompts, "warmup_requests": w.warmup_requests,
         "seed": w.seed, "slo": state.slo, "percentiles": sorted({50.0, 90.0, 99.0, state.slo_percentile}),
-        "serve_flags": lever_settings(trial.command, load_table(_table_version(state)), state.levers),
+        "serve_flags": {flag.lstrip("-").replace("-", "_"): value for flag, value in pinned.items() if value},
         "save_result": state.save_result,
     }
     args.update({"concurrency": w.concurrency} if w.concurrency else {"rate": w.rate})
-    args["serve_flags"] = {k.lstrip("-").replace("-", "_"): v for k, v in args["serve_flags"].items() if v}
     return args
 
 
