@@ -1,11 +1,16 @@
-"""`vllm-tune tune start|next|record|run|loop|report`: the tuning loop from a terminal."""
+"""`vllm-tune tune start|next|record|run|loop|report|status`: the tuning loop from a terminal."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from vllm_tune.cli.common import parse_env_items, parse_key_values, print_json
+from vllm_tune.cli.common import EXIT_TARGET, parse_env_items, parse_key_values, print_json
 
 if TYPE_CHECKING:
     from vllm_tune.tools.tune.models import TuneState
@@ -19,7 +24,9 @@ def register(sub: Any) -> None:
     steps = p.add_subparsers(dest="step", metavar="STEP", required=True)
 
     start = steps.add_parser("start", help="create a session and propose the baseline trial")
-    start.add_argument("--command", dest="command_line", required=True, help="the base `vllm serve ...` command")
+    start.add_argument("--command", dest="command_line", required=True,
+                       help="the base `vllm serve ...` command; no --api-key/--hf-token values: export "
+                            "VLLM_API_KEY or HF_TOKEN instead (vllm serve and the benchmark read them)")
     start.add_argument("--goal", choices=("latency", "throughput"), default="latency")
     start.add_argument("--slo", help="targets in ms, e.g. ttft=500,tpot=50")
     start.add_argument("--slo-percentile", type=float, default=99.0)
@@ -34,14 +41,17 @@ def register(sub: Any) -> None:
     start.add_argument("--lever", action="append", default=[], help="a flag the loop may move (repeatable)")
     start.add_argument("--max-trials", type=int, default=6)
     start.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                       help="environment for the servers the loop starts (repeatable; never secrets)")
+                       help="environment for the servers the loop starts (repeatable): VLLM_*, CUDA_*, NCCL_*, "
+                            "HF_*, OMP_*, TORCH_* and the like; never secrets, PATH, LD_* or PYTHON*")
     start.add_argument("--vllm-version")
     start.add_argument("--gpu")
     _common(start)
     start.set_defaults(handler=_start)
 
     for name, helptext, handler in (("next", "propose the next trial", _next),
-                                    ("report", "the trials and the best command", _report)):
+                                    ("report", "the trials and the best command", _report),
+                                    ("status", "the session and the trial server running for it (a server left "
+                                               "behind by a vllm-tune process that died is stopped)", _status)):
         q = steps.add_parser(name, help=helptext)
         q.add_argument("session")
         _common(q)
@@ -56,14 +66,19 @@ def register(sub: Any) -> None:
     _common(record)
     record.set_defaults(handler=_record)
 
-    for name, helptext, handler in (("run", "start vLLM here with the pending trial, measure it, stop it", _run),
-                                    ("loop", "run trials and propose the next until the session is done", _loop)):
+    runs: tuple[tuple[str, str, Callable[[argparse.Namespace], int]], ...] = (
+        ("run", "start vLLM here with the pending trial, measure it, stop it", _run),
+        ("loop", "run trials and propose the next until the session is done", _loop))
+    for name, helptext, step in runs:
         r = steps.add_parser(name, help=helptext)
         r.add_argument("session")
         r.add_argument("--yes", action="store_true", help="confirm: starts vLLM on this machine and loads it")
-        r.add_argument("--start-timeout", type=float, default=900.0)
+        r.add_argument("--start-timeout", type=float, default=900.0, help="seconds vLLM may take to get healthy")
+        r.add_argument("--vllm-cmd", metavar="CMD",
+                       help="what runs vllm, e.g. '/venv/bin/vllm' or '/venv/bin/python -m vllm.entrypoints.cli.main' "
+                            "(default: $VLLM_TUNE_VLLM_CMD, else vllm on PATH)")
         _common(r)
-        r.set_defaults(handler=handler)
+        r.set_defaults(handler=step)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -86,6 +101,10 @@ def _show(state: TuneState, args: argparse.Namespace) -> int:
         for note in t.notes:
             if not note.startswith("run_benchmark arguments"):
                 print(f"       {note}")
+    if state.server is not None:
+        from vllm_tune.tools.tune.servers import describe
+
+        print(f"running: {describe(state.server)}")
     print(f"next: {state.next_step}")
     return 0
 
@@ -126,27 +145,109 @@ def _record(args: argparse.Namespace) -> int:
                                          failed_reason=args.failed, save_result=args.save_result)), args)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _status(args: argparse.Namespace) -> int:
+    from vllm_tune.tools.tune.api import tune_status
+    from vllm_tune.tools.tune.models import SessionRef
+
+    return _show(tune_status(SessionRef(session_id=args.session, save_result=args.save_result)), args)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Ctrl-C would be, so the same clean-up runs (the trial server stops and the
+    trial stays proposed)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _terminate_like_interrupt() -> Iterator[None]:
+    def raise_terminated(signum: int, frame: FrameType | None) -> None:
+        # Once: a second signal while the server is being stopped must not cut that short.
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        raise Terminated(signum)
+
+    previous = {sig: signal.signal(sig, raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _starting_servers(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            with _terminate_like_interrupt():
+                return handler(args)
+        except Terminated as exc:
+            print(f"vllm-tune: stopped by {signal.Signals(exc.signum).name}: the trial server was stopped and the "
+                  f"trial left to run again (`vllm-tune tune run {args.session} --yes`)", file=sys.stderr)
+            return 128 + exc.signum
+
+    return run
+
+
+def _pending(args: argparse.Namespace) -> int | None:
+    from vllm_tune.tools.tune.api import tune_status
+    from vllm_tune.tools.tune.models import SessionRef
+
+    state = tune_status(SessionRef(session_id=args.session, save_result=args.save_result))
+    return next((t.id for t in state.trials if t.status == "proposed"), None)
+
+
+def _run_one(args: argparse.Namespace, trial: int | None) -> TuneState:
     from vllm_tune.tools.tune.api import tune_run_trial
     from vllm_tune.tools.tune.models import RunTrialInput
 
-    return _show(tune_run_trial(RunTrialInput(session_id=args.session, confirm=args.yes,
-                                              start_timeout_s=args.start_timeout, save_result=args.save_result)),
-                 args)
+    return tune_run_trial(RunTrialInput(session_id=args.session, trial=trial, confirm=args.yes,
+                                        start_timeout_s=args.start_timeout, save_result=args.save_result),
+                          vllm_cmd=args.vllm_cmd)
 
 
+def _unmeasured(state: TuneState, trial: int | None, args: argparse.Namespace) -> int:
+    """Exit status after a run: 0 when the trial got an outcome, EXIT_TARGET when it is still waiting."""
+    if trial is None or state.trial(trial).status != "proposed":
+        return 0
+    if not args.json:
+        print(f"vllm-tune: error: trial {trial} was not measured: {state.trial(trial).notes[-1]}", file=sys.stderr)
+    return EXIT_TARGET
+
+
+@_starting_servers
+def _run(args: argparse.Namespace) -> int:
+    if not args.yes:
+        from vllm_tune.tools.errors import BadInputError
+
+        raise BadInputError("tune run starts vLLM on this machine and loads it: add --yes to confirm")
+    trial = _pending(args)
+    state = _run_one(args, trial)
+    code = _show(state, args)
+    return _unmeasured(state, trial, args) or code
+
+
+@_starting_servers
 def _loop(args: argparse.Namespace) -> int:
-    from vllm_tune.tools.tune.api import tune_next, tune_report, tune_run_trial
-    from vllm_tune.tools.tune.models import RunTrialInput, SessionRef
+    from vllm_tune.tools.tune.api import tune_next, tune_report
+    from vllm_tune.tools.tune.models import SessionRef
 
+    if not args.yes:
+        from vllm_tune.tools.errors import BadInputError
+
+        raise BadInputError("tune loop starts vLLM on this machine and loads it: add --yes to confirm")
     ref = SessionRef(session_id=args.session, save_result=args.save_result)
     state = tune_next(ref)
     while state.state != "done":
         if state.state == "needs-measurement":
-            state = tune_run_trial(RunTrialInput(session_id=args.session, confirm=args.yes,
-                                                 start_timeout_s=args.start_timeout, save_result=args.save_result))
-            if not args.json and state.trials:
-                t = state.trials[-1]
+            trial = _pending(args)
+            state = _run_one(args, trial)
+            if trial is not None and state.trial(trial).status == "proposed":
+                _show(state, args)  # it did not start or was cancelled: running it again now would fail alike
+                return _unmeasured(state, trial, args)
+            if not args.json and trial is not None:
+                t = state.trial(trial)
                 print(f"trial {t.id}: {t.status} {t.verdict or ''}", flush=True)
         else:
             state = tune_next(ref)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vllm_tune.tools.bench.api import RunBenchmarkInput, run_benchmark
+from vllm_tune.tools.bench.api import RunBenchmarkInput, RunBenchmarkOutput, run_benchmark
 from vllm_tune.tools.bench.metrics import percentile_label
 from vllm_tune.tools.compare.api import CompareInput, compare_runs
 from vllm_tune.tools.compare.load import resolve
@@ -24,6 +26,7 @@ from vllm_tune.tools.errors import BadInputError, TargetError
 from vllm_tune.tools.lint.api import LintInput, lint_config
 from vllm_tune.tools.lint.flags import load_table, pick_version
 from vllm_tune.tools.net.http import SECRET_ENVS
+from vllm_tune.tools.tune import servers
 from vllm_tune.tools.tune import session as store
 from vllm_tune.tools.tune.models import (
     RecordInput,
@@ -33,6 +36,7 @@ from vllm_tune.tools.tune.models import (
     TuneStartInput,
     TuneState,
 )
+from vllm_tune.tools.tune.policy import check_command, check_env, looks_secret
 from vllm_tune.tools.tune.propose import (
     GOAL_MOVES,
     LEVERS,
@@ -42,6 +46,9 @@ from vllm_tune.tools.tune.propose import (
     diagnosis_moves,
     lever_settings,
 )
+
+if TYPE_CHECKING:
+    from vllm_tune.tools.tune.launcher import LaunchedServer
 
 KB_LOOP = "method.tuning-loop"
 _REFUSED = {"unknown", "other-release", "missing-value", "bad-choice"}
@@ -105,6 +112,14 @@ def _advance(state: TuneState) -> None:
         state.next_step = "call tune_next for the next trial"
 
 
+def _load(session_id: str, save_result: str | None) -> TuneState:
+    """The session, after stopping a trial server that outlived the vllm-tune process which started it."""
+    state = store.load(session_id, save_result)
+    if servers.reconcile(state):
+        store.save(state)
+    return state
+
+
 def tune_start(req: TuneStartInput) -> TuneState:
     version = pick_version(req.vllm_version)[0]
     table = load_table(version)
@@ -113,10 +128,11 @@ def tune_start(req: TuneStartInput) -> TuneState:
     unknown = [f for f in levers if f not in LEVERS]
     if unknown:
         raise BadInputError(f"the loop cannot move {', '.join(unknown)}; it knows {', '.join(LEVERS)}")
-    if secret := [k for k in req.env if k in SECRET_ENVS or any(w in k.upper() for w in ("TOKEN", "KEY", "SECRET",
-                                                                                         "PASSWORD"))]:
+    if secret := [k for k in req.env if k in SECRET_ENVS or looks_secret(k)]:
         raise BadInputError(f"{', '.join(secret)} look(s) like a secret: the session file would keep it; set it in "
-                            "the environment vLLM-tune itself runs in, which started servers inherit")
+                            "the environment vllm-tune itself runs in, which the servers it starts inherit")
+    check_env(req.env)
+    check_command(req.command)
     if unsupported := [k for k in req.slo if k not in ("ttft", "tpot", "e2el")]:
         raise BadInputError(f"SLO keys are ttft, tpot and e2el (ms), not {', '.join(unsupported)}")
     objective, better = _objective(req)
@@ -153,7 +169,7 @@ def _result_of(state: TuneState, trial_id: int | None) -> dict[str, Any] | None:
 
 
 def tune_next(ref: SessionRef) -> TuneState:
-    state = store.load(ref.session_id, ref.save_result)
+    state = _load(ref.session_id, ref.save_result)
     if state.state == "needs-measurement":
         return state  # next_step already says which trial to measure
     if state.state == "done" or state.best is None:
@@ -232,19 +248,27 @@ def _judge(state: TuneState, trial: Trial) -> None:
 
 
 def tune_record(req: RecordInput) -> TuneState:
-    state = store.load(req.session_id, req.save_result)
+    state = _load(req.session_id, req.save_result)
     try:
         trial = state.trial(req.trial)
     except KeyError:
         raise BadInputError(f"session {state.session_id} has no trial {req.trial}") from None
     if trial.status != "proposed":
         raise BadInputError(f"trial {trial.id} is {trial.status}; only a proposed trial can be recorded")
-    if req.failed_reason is not None:
+    if state.server is not None and state.server.trial == trial.id:
+        servers.refuse_if_running(state)
+    _record_into(state, trial, run=req.run, failed_reason=req.failed_reason)
+    store.save(state)
+    return state
+
+
+def _record_into(state: TuneState, trial: Trial, *, run: str | None = None, failed_reason: str | None = None) -> None:
+    if failed_reason is not None:
         trial.status = "failed"
-        trial.notes.append(f"not measured: {req.failed_reason}")
+        trial.notes.append(f"not measured: {failed_reason}")
     else:
-        assert req.run is not None
-        path = resolve(req.run, state.save_result)
+        assert run is not None
+        path = resolve(run, state.save_result)
         try:
             result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -260,12 +284,10 @@ def tune_record(req: RecordInput) -> TuneState:
         trial.slo_met = _slo_met(state, result)
         _judge(state, trial)
     _advance(state)
-    store.save(state)
-    return state
 
 
 def tune_report(ref: SessionRef) -> TuneState:
-    state = store.load(ref.session_id, ref.save_result)
+    state = _load(ref.session_id, ref.save_result)
     measured = [t for t in state.trials if t.status == "measured" and t.objective is not None]
     if state.best is not None and measured:
         best, base = state.trial(state.best), measured[0]
@@ -278,35 +300,123 @@ def tune_report(ref: SessionRef) -> TuneState:
     return state
 
 
-def tune_run_trial(req: RunTrialInput, *, cancel: threading.Event | None = None) -> TuneState:
-    """Start vLLM here with the trial's command, measure it with the session workload, stop it, record it."""
+def tune_status(ref: SessionRef) -> TuneState:
+    """The session as it stands, with the trial server running for it (a leftover one is stopped first)."""
+    return _load(ref.session_id, ref.save_result)
+
+
+def _utc() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _is_baseline(state: TuneState, trial: Trial) -> bool:
+    # Without a measured baseline nothing can be compared: such a trial is never given up by tune_run_trial.
+    return trial.derived_from is None or state.best is None
+
+
+def _kept_proposed(state: TuneState, trial: Trial, note: str, why: str) -> TuneState:
+    trial.notes.append(note)
+    _advance(state)
+    state.next_step = (f"trial {trial.id} was not measured ({why}; see its last note): fix the cause and run it "
+                       "again (tune_run_trial, or `vllm-tune tune run`), or record it as failed (tune_record)")
+    store.save(state)
+    return state
+
+
+def _start_failed(state: TuneState, trial: Trial, exc: TargetError, cancelled: bool) -> TuneState:
+    from vllm_tune.tools.tune.launcher import LaunchError
+
+    if cancelled:
+        return _kept_proposed(state, trial, f"cancelled while its server was starting ({_utc()})", "it was cancelled")
+    if isinstance(exc, LaunchError) or _is_baseline(state, trial):
+        return _kept_proposed(state, trial, f"did not start ({_utc()}): {exc}", "it did not start")
+    _record_into(state, trial, failed_reason=f"the server did not start: {exc}")
+    store.save(state)
+    return state
+
+
+def _bench_ended(state: TuneState, trial: Trial, out: RunBenchmarkOutput | None, failure: str,
+                 cancelled: bool) -> TuneState:
+    if out is not None and (out.state == "cancelled" or cancelled):
+        return _kept_proposed(state, trial, f"cancelled during its benchmark ({_utc()})", "it was cancelled")
+    if out is not None and out.result_path is not None and out.state == "completed":
+        _record_into(state, trial, run=out.result_path)
+    else:
+        failure = failure if out is None else f"the benchmark ended {out.state}"
+        if _is_baseline(state, trial):
+            return _kept_proposed(state, trial, f"not measured ({_utc()}): {failure}", "its benchmark failed")
+        _record_into(state, trial, failed_reason=failure)
+    store.save(state)
+    return state
+
+
+def _proposed_trial(state: TuneState, wanted: int | None) -> Trial:
+    pending = [t for t in state.trials if t.status == "proposed"]
+    try:
+        trial = state.trial(wanted) if wanted is not None else (pending[0] if pending else None)
+    except KeyError:
+        trial = None
+    if trial is None or trial.status != "proposed":
+        raise BadInputError("no proposed trial to run; call tune_next first")
+    return trial
+
+
+def tune_run_trial(req: RunTrialInput, *, cancel: threading.Event | None = None,
+                   vllm_cmd: str | None = None) -> TuneState:
+    """Start vLLM here with the trial's command, measure it with the session workload, stop it, record it.
+
+    A cancelled or interrupted trial stays proposed, as does one that could not be started at all (vLLM not
+    found) and a baseline that did not start or could not be measured: the next call runs it again. `vllm_cmd`
+    (CLI only, never from MCP) says what stands for `vllm`; see launcher.vllm_command."""
     if not req.confirm:
         raise BadInputError("tune_run_trial starts vLLM on this machine and loads it: it needs confirm=true, "
                             "given only after the user agreed")
-    state = store.load(req.session_id, req.save_result)
-    pending = [t for t in state.trials if t.status == "proposed"]
-    trial = state.trial(req.trial) if req.trial is not None else (pending[0] if pending else None)
-    if trial is None or trial.status != "proposed":
-        raise BadInputError("no proposed trial to run; call tune_next first")
+    state = _load(req.session_id, req.save_result)
+    servers.refuse_if_running(state)
+    trial = _proposed_trial(state, req.trial)
+    # A session file edited by hand is held to the rules tune_start applied.
+    check_env(state.env)
+    check_command(trial.command)
     from vllm_tune.tools.tune.launcher import start_server  # subprocess machinery only when a trial runs here
 
-    log_dir = Path(state.path).parent / f"trial-{trial.id}"
+    started: list[LaunchedServer] = []
+
+    def on_spawn(server: LaunchedServer) -> None:
+        started.append(server)
+        state.server = servers.record_of(server, trial.id)
+        store.save(state)
+
+    def cancelled() -> bool:
+        return bool(cancel and cancel.is_set())
+
+    interrupted = False
     try:
-        server = start_server(trial.command, env=state.env, log_dir=log_dir, start_timeout_s=req.start_timeout_s,
-                              cancel=cancel)
-    except TargetError as exc:
-        return tune_record(RecordInput(session_id=state.session_id, trial=trial.id, save_result=req.save_result,
-                                       failed_reason=f"the server did not start: {exc}"))
-    try:
-        args = _bench_arguments(state, trial, server.url)
-        out = asyncio.run(run_benchmark(RunBenchmarkInput(**args), stop=lambda: bool(cancel and cancel.is_set())))
-    except (TargetError, BadInputError) as exc:
-        return tune_record(RecordInput(session_id=state.session_id, trial=trial.id, save_result=req.save_result,
-                                       failed_reason=f"the benchmark failed: {exc}"))
+        try:
+            server = start_server(trial.command, env=state.env, log_dir=Path(state.path).parent / f"trial-{trial.id}",
+                                  start_timeout_s=req.start_timeout_s, cancel=cancel, vllm_cmd=vllm_cmd,
+                                  tag=f"{state.session_id}.{trial.id}.{secrets.token_hex(4)}", on_spawn=on_spawn)
+        except TargetError as exc:
+            state.server = None
+            return _start_failed(state, trial, exc, cancelled())
+        out, failure = None, ""
+        try:
+            args = _bench_arguments(state, trial, server.url)
+            out = asyncio.run(run_benchmark(RunBenchmarkInput(**args), stop=cancelled))
+        except (TargetError, BadInputError) as exc:
+            failure = f"the benchmark failed: {exc}"
+        finally:
+            server.stop()
+            state.server = None
+        return _bench_ended(state, trial, out, failure, cancelled())
+    except KeyboardInterrupt:
+        # Ctrl-C, or SIGTERM/SIGHUP turned into it by the CLI: the trial stays proposed for the next run.
+        trial.notes.append(f"interrupted before it was measured ({_utc()}); run it again")
+        _advance(state)
+        interrupted = True
+        raise
     finally:
-        server.stop()
-    if out.result_path is None or out.state != "completed":
-        return tune_record(RecordInput(session_id=state.session_id, trial=trial.id, save_result=req.save_result,
-                                       failed_reason=f"the benchmark ended {out.state}"))
-    return tune_record(RecordInput(session_id=state.session_id, trial=trial.id, run=out.result_path,
-                                   save_result=req.save_result))
+        for server in started:
+            server.stop()
+        if state.server is not None or interrupted:
+            state.server = None
+            store.save(state)

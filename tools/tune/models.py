@@ -33,7 +33,8 @@ class TuneWorkload(BaseModel):
 
 class TuneStartInput(BaseModel):
     command: str = Field(description="the `vllm serve ...` command the session starts from (pin the values of the "
-                                     "flags to tune, e.g. --max-num-seqs 64)")
+                                     "flags to tune, e.g. --max-num-seqs 64); no secrets: export VLLM_API_KEY "
+                                     "or HF_TOKEN instead of --api-key or --hf-token")
     goal: Goal = Field(default="latency", description="latency: lower the SLO percentile (TTFT by default); "
                                                       "throughput: raise goodput (or output tokens/s without SLO)")
     slo: dict[str, float] = Field(default={}, description="targets in ms: ttft, tpot, e2el")
@@ -41,9 +42,10 @@ class TuneStartInput(BaseModel):
     workload: TuneWorkload
     levers: list[str] = Field(default=[], description="flags the loop may change (default: by goal)")
     max_trials: int = Field(default=6, ge=1, le=MAX_TRIALS, description="measured trials, the baseline included")
-    env: dict[str, str] = Field(default={}, description="environment for servers the loop starts (values are "
-                                                        "stored; never put secrets here, they come from the "
-                                                        "environment of vllm-tune itself)")
+    env: dict[str, str] = Field(default={}, description="environment for the servers the loop starts: vLLM, "
+                                                        "accelerator, threading, hub and torch variables only "
+                                                        "(VLLM_*, CUDA_*, NCCL_*, HF_*, OMP_*, TORCH_*, ...); "
+                                                        "values are stored, so never secrets")
     vllm_version: str | None = Field(default=None, description="release the commands must be valid for")
     gpu: str | None = None
     save_result: str | None = Field(default=None, description="results directory (sessions live in its tune/)")
@@ -95,6 +97,22 @@ class Trial(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+class TrialServer(BaseModel):
+    """A vLLM server a trial started on this machine, recorded from the moment its process exists until it is
+    stopped, so that a later command finds it if the vllm-tune process that started it died."""
+
+    trial: int
+    pgid: int = Field(description="process group of the server (its leader's pid)")
+    leader_start_ticks: int | None = Field(description="the leader's start time, clock ticks since boot")
+    boot_id: str | None
+    tag: str = Field(description="marker in the environment of every process of the server")
+    port: int
+    log_path: str
+    started_utc: str
+    owner_pid: int = Field(description="the vllm-tune process that started it")
+    owner_start_ticks: int | None
+
+
 class TuneState(BaseModel):
     session_id: str
     path: str
@@ -115,6 +133,8 @@ class TuneState(BaseModel):
     state: SessionState = "needs-measurement"
     next_step: str = ""
     knowledge_ids: list[str] = Field(default_factory=list)
+    server: TrialServer | None = Field(default=None, description="the trial server running on this machine, "
+                                                                 "if any (pid, port, since when, started by)")
 
     def trial(self, trial_id: int) -> Trial:
         for t in self.trials:
