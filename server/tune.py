@@ -95,6 +95,7 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="tune_report", title="Report of a tuning session",
         description="All trials with their objective, verdict against the best and notes; `next_step` names the "
-                    "best command and its change against the baseline.",
+                    "best command and its change against the baseline; `server` is a trial server running for the "
+                    "session (pid, port), if any.",
         input_model=SessionRef, output_model=TuneState, run=_in_thread(tune_report), annotations=_READS_SESSION,
     )

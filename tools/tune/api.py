@@ -112,10 +112,10 @@ def _advance(state: TuneState) -> None:
         state.next_step = "call tune_next for the next trial"
 
 
-def _load(session_id: str, save_result: str | None) -> TuneState:
+def _load(session_id: str, save_result: str | None, *, stop_leftover: bool = True) -> TuneState:
     """The session, after stopping a trial server that outlived the vllm-tune process which started it."""
     state = store.load(session_id, save_result)
-    if servers.reconcile(state):
+    if servers.reconcile(state, stop=stop_leftover):
         store.save(state)
     return state
 
@@ -287,7 +287,7 @@ def _record_into(state: TuneState, trial: Trial, *, run: str | None = None, fail
 
 
 def tune_report(ref: SessionRef) -> TuneState:
-    state = _load(ref.session_id, ref.save_result)
+    state = _load(ref.session_id, ref.save_result, stop_leftover=False)  # read-only: a leftover is only shown
     measured = [t for t in state.trials if t.status == "measured" and t.objective is not None]
     if state.best is not None and measured:
         best, base = state.trial(state.best), measured[0]

@@ -111,6 +111,8 @@ class TrialServer(BaseModel):
     started_utc: str
     owner_pid: int = Field(description="the vllm-tune process that started it")
     owner_start_ticks: int | None
+    leftover: bool = Field(default=False, description="true when the process that started it has ended (shown by "
+                                                      "tune_report; any other tune step stops such a server)")
 
 
 class TuneState(BaseModel):

@@ -26,17 +26,24 @@ def owner_alive(rec: TrialServer) -> bool:
 
 
 def describe(rec: TrialServer) -> str:
-    return (f"trial {rec.trial}'s server: process group {rec.pgid}, port {rec.port}, since {rec.started_utc}, "
+    text = (f"trial {rec.trial}'s server: process group {rec.pgid}, port {rec.port}, since {rec.started_utc}, "
             f"started by vllm-tune pid {rec.owner_pid} (log: {rec.log_path})")
+    if rec.leftover:
+        text += "; that process has ended: the next tune step (or `vllm-tune tune status`) stops the server"
+    return text
 
 
-def reconcile(state: TuneState) -> bool:
+def reconcile(state: TuneState, *, stop: bool = True) -> bool:
     """Stop the recorded server when the process that started it is gone; True when `state` changed.
 
     A server whose owner still runs is left alone (a trial in progress, maybe in another terminal or the MCP
-    server). Only processes proven to be that server are signalled (tools/tune/processes.py)."""
+    server). Only processes proven to be that server are signalled (tools/tune/processes.py). With
+    stop=False (a read-only report) a leftover is only marked as such."""
     rec = state.server
     if rec is None or owner_alive(rec):
+        return False
+    if not stop:
+        rec.leftover = True
         return False
     leader = ProcessId(rec.pgid, rec.leader_start_ticks, rec.boot_id)
     stopped = stop_server_processes(rec.pgid, rec.tag, leader)
