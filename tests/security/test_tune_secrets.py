@@ -67,7 +67,7 @@ def trap(tmp_path: Path) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("name", ["PATH", "LD_PRELOAD", "PYTHONPATH", "VLLM_TUNE_VLLM_CMD"])
 def test_session_env_cannot_choose_the_program(tmp_path: Path, trap: tuple[Path, Path], name: str) -> None:
-    bin_dir, marker = trap
+    bin_dir, _ = trap
     value = str(bin_dir / "vllm") if name == "VLLM_TUNE_VLLM_CMD" else str(bin_dir)
     out = _cli("tune", "start", "--command", "vllm serve org/m --max-num-seqs 4", "--concurrency", "2",
                "--env", f"{name}={value}", "--save-result", str(tmp_path))

@@ -101,7 +101,7 @@ def test_members_outliving_their_leader_are_still_recognised(groups: list[subpro
     proc = _group("sess.1.def")
     groups.append(proc)
     leader = identify(proc.pid)
-    child = [p for p in group_members(proc.pid) if p != proc.pid][0]
+    child = next(p for p in group_members(proc.pid) if p != proc.pid)
     os.kill(proc.pid, 9)
     proc.wait(timeout=10)  # the pid is free; the child keeps the group alive, so the number cannot be reused
     assert server_processes(proc.pid, "sess.1.def", leader) == [child]
