@@ -65,8 +65,8 @@ def test_runtime_variables_are_allowed(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME",
-                                  "PYTHONSTARTUP", "VLLM_TUNE_VLLM_CMD", "VLLM_TUNE_RESULTS_DIR", "DYLD_INSERT_LIBRARIES",
-                                  "HOME", "BASH_ENV", "http_proxy"])
+                                  "PYTHONSTARTUP", "VLLM_TUNE_VLLM_CMD", "VLLM_TUNE_RESULTS_DIR",
+                                  "DYLD_INSERT_LIBRARIES", "HOME", "BASH_ENV", "http_proxy"])
 def test_loader_interpreter_and_path_variables_are_refused(name: str) -> None:
     with pytest.raises(BadInputError, match="not allowed") as info:
         check_env({name: "/tmp/x"})
