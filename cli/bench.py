@@ -120,17 +120,23 @@ def _bench(args: argparse.Namespace) -> int:
     async def main() -> Any:
         loop = asyncio.get_running_loop()
 
-        def on_sigint() -> None:
+        def on_stop_signal(sig: signal.Signals) -> None:
             if stopping[0]:
                 raise KeyboardInterrupt
             stopping[0] = True
-            sys.stderr.write("\nvllm-tune: stopping; finished requests are kept (Ctrl-C again to abort)\n")
+            sys.stderr.write(f"\nvllm-tune: {sig.name}: stopping; finished requests are kept (Ctrl-C again to "
+                             "abort)\n")
 
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        # SIGTERM (kill, systemd, docker stop) and SIGHUP (a closed terminal) end the run as Ctrl-C does: the
+        # requests that finished are saved and status.json says cancelled.
+        handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        for sig in handled:
+            loop.add_signal_handler(sig, on_stop_signal, sig)
         try:
             return await run_benchmark(req, report=bar, stop=lambda: stopping[0])
         finally:
-            loop.remove_signal_handler(signal.SIGINT)
+            for sig in handled:
+                loop.remove_signal_handler(sig)
 
     out = asyncio.run(main())
     bar.end()

@@ -24,6 +24,7 @@ import multiprocessing as mp
 import os
 import queue as queue_mod
 import resource
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -233,6 +234,15 @@ def _cpu_seconds() -> float:
 def _worker_entry(plan: LoadPlan, indices: list[int], concurrency: int | None, ready: Any, start: Any,
                   stop_event: Any, results: Any, worker_id: int) -> None:
     """Body of one load-generating worker process."""
+    # The parent alone decides when to stop (stop_event), so that a SIGINT/SIGTERM sent to the whole process
+    # group still ends in a saved partial result; a parent that died stops the load too.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def halted() -> bool:
+        return bool(stop_event.is_set()) or os.getppid() != parent
+
     gc.freeze()  # long-lived objects from the parent; fewer collection pauses during the run
     progress = Progress(len(indices))
     ready.put(worker_id)
@@ -252,7 +262,7 @@ def _worker_entry(plan: LoadPlan, indices: list[int], concurrency: int | None, r
     async def main() -> tuple[RecordLog, str]:
         reporter = asyncio.create_task(report())
         try:
-            return await _drive(plan, indices, t0, stop_event.is_set, progress, concurrency, clock)
+            return await _drive(plan, indices, t0, halted, progress, concurrency, clock)
         finally:
             reporter.cancel()
 
@@ -375,7 +385,8 @@ async def _run_multiprocess(plan: LoadPlan, workers: int, stop: Callable[[], boo
         for proc in procs:
             proc.join(timeout=5)
             if proc.is_alive():
-                proc.terminate()
+                proc.kill()  # workers ignore SIGTERM (see _worker_entry)
+                proc.join(timeout=5)
     records = records.sorted_by_index()
     cancelled = CANCELLED in reasons
     reason = CANCELLED if cancelled else ("duration" if "duration" in reasons else "completed")
