@@ -77,3 +77,31 @@ def test_real_server_refusing_a_flag_fails_fast_with_the_argparse_line(real_vllm
     assert "exited with code 2" in message and "--bogus-flag" in message and "\n" not in message
     assert time.monotonic() - t0 < 120
     assert os.listdir(tmp_path)
+
+
+def test_key_from_the_environment_protects_the_server_without_a_flag(real_vllm: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # What tune sessions ask for instead of --api-key: vllm serve reads VLLM_API_KEY from the environment it
+    # inherits from vllm-tune, and the value never reaches the log.
+    monkeypatch.setenv("VLLM_API_KEY", SECRET)
+    server = start_server(f"vllm serve {real_vllm} --enforce-eager --dtype bfloat16 --max-model-len 1024 "
+                          "--max-num-seqs 4", env=dict(BASE_ENV), log_dir=tmp_path, start_timeout_s=300)
+    try:
+        with httpx.Client(trust_env=False, timeout=10) as client:
+            assert client.get(server.url + "/v1/models").status_code == 401
+            ok = client.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {SECRET}"})
+        assert ok.status_code == 200
+    finally:
+        server.stop()
+    assert _group_members(server.pid) == [] and SECRET not in server.log_path.read_text()
+
+
+def test_an_engine_core_failure_names_its_root_cause(real_vllm: Path, tmp_path: Path) -> None:
+    # One KV block cannot hold a 1024-token sequence: the EngineCore raises, and the API server then only says
+    # "Engine core initialization failed. See root cause above."
+    with pytest.raises(TargetError) as info:
+        start_server(f"vllm serve {real_vllm} --enforce-eager --dtype bfloat16 --max-model-len 1024 "
+                     "--num-gpu-blocks-override 1", env=dict(BASE_ENV), log_dir=tmp_path, start_timeout_s=300)
+    message = str(info.value)
+    assert "ValueError: No available memory for the cache blocks" in message, message
+    assert "See root cause above" not in message and "\n" not in message
