@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from vllm_tune.tools.errors import BadInputError, TargetError
-from vllm_tune.tools.tune.launcher import ENV_VLLM_CMD, launcher_prefix, serve_argv, start_server
+from vllm_tune.tools.tune.launcher import ENV_VLLM_CMD, LaunchedServer, launcher_prefix, serve_argv, start_server
 
 # Stands in for `vllm`: prints its argv (as vLLM prints its non-default args, api key included), can spawn a
 # child in its process group, refuse its flags like argparse, hang before getting healthy, or serve /health.
@@ -159,3 +159,20 @@ def test_missing_vllm_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv(ENV_VLLM_CMD, str(tmp_path / "no-such-vllm"))
     with pytest.raises(TargetError, match=ENV_VLLM_CMD):
         start_server("vllm serve org/m", env={}, log_dir=tmp_path, start_timeout_s=5)
+
+
+def test_the_server_outlives_the_thread_that_started_it(fake_vllm: Path, tmp_path: Path) -> None:
+    # The parent-death signal is tied to the forking *thread*: an MCP worker thread that ends must not take the
+    # trial server with it while vllm-tune itself still runs.
+    started: list[LaunchedServer] = []
+    thread = threading.Thread(target=lambda: started.append(
+        start_server("vllm serve org/m", env={}, log_dir=tmp_path, start_timeout_s=30)))
+    thread.start()
+    thread.join(timeout=60)
+    server = started[0]
+    try:
+        time.sleep(1.5)  # several watchdog polls
+        assert server.alive()
+        assert httpx.get(server.url + "/health", trust_env=False).status_code == 200
+    finally:
+        server.stop(grace_s=5)
