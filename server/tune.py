@@ -88,8 +88,9 @@ def register(mcp: MCPServer[Any]) -> None:
         mcp, name="tune_run_trial", title="Run a tuning trial on this machine",
         description="Start vLLM here (loopback port) with the pending trial's command, measure it with the session "
                     "workload, stop it and record the result. It occupies the GPU(s) and needs confirmation "
-                    "(asked through elicitation, or confirm=true after the user agreed). A server that does not "
-                    "start is recorded as a failed trial with the reason.",
+                    "(asked through elicitation, or confirm=true after the user agreed). A trial whose server does "
+                    "not start is recorded failed with the first error line of its log; a cancelled trial, or a "
+                    "baseline that could not be started or measured, stays proposed to run again.",
         input_model=RunTrialInput, output_model=TuneState, run=_run, annotations=_RUNS_SERVER,
     )
     add_model_tool(
