@@ -223,6 +223,10 @@ def _run(args: argparse.Namespace) -> int:
 
         raise BadInputError("tune run starts vLLM on this machine and loads it: add --yes to confirm")
     trial = _pending(args)
+    if trial is None:
+        from vllm_tune.tools.errors import BadInputError
+
+        raise BadInputError(f"no trial waits for measurement: run `vllm-tune tune next {args.session}` first")
     state = _run_one(args, trial)
     code = _show(state, args)
     return _unmeasured(state, trial, args) or code
