@@ -20,7 +20,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("tune", help="agent-driven tuning loop: one lever per trial, measured, kept only if better",
                        description="Start a session from a vllm serve command, then alternate: next (propose one "
                                    "lever change), run (start vLLM here, measure, stop) or record (a run you "
-                                   "measured yourself), until the budget is spent; report shows the best command.")
+                                   "measured yourself), until the budget is spent; report shows the best command. "
+                                   "run and loop find vllm as --vllm-cmd, else $VLLM_TUNE_VLLM_CMD, else PATH; a "
+                                   "trial server stops with vllm-tune, even when it is killed (status shows one "
+                                   "still running).")
     steps = p.add_subparsers(dest="step", metavar="STEP", required=True)
 
     start = steps.add_parser("start", help="create a session and propose the baseline trial")
