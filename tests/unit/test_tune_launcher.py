@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from vllm_tune.tools.errors import BadInputError, TargetError
-from vllm_tune.tools.tune.launcher import ENV_VLLM_CMD, LaunchedServer, launcher_prefix, serve_argv, start_server
+from vllm_tune.tools.tune.launcher import ENV_VLLM_CMD, LaunchedServer, serve_argv, start_server
 
 # Stands in for `vllm`: prints its argv (as vLLM prints its non-default args, api key included), can spawn a
 # child in its process group, refuse its flags like argparse, hang before getting healthy, or serve /health.
@@ -47,13 +47,6 @@ def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     script.write_text(FAKE_VLLM)
     monkeypatch.setenv(ENV_VLLM_CMD, shlex.join([sys.executable, str(script)]))
     return script
-
-
-def test_prefix_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_VLLM_CMD, raising=False)
-    assert launcher_prefix() == ["vllm"]
-    monkeypatch.setenv(ENV_VLLM_CMD, "/venv/bin/python '/a b/vllm_cli.py'")
-    assert launcher_prefix() == ["/venv/bin/python", "/a b/vllm_cli.py"]
 
 
 @pytest.mark.parametrize("command", [

@@ -67,12 +67,6 @@ def vllm_command(explicit: str | None = None) -> list[str]:
     return [os.path.abspath(found), *words[1:]]
 
 
-def launcher_prefix() -> list[str]:
-    """The unresolved argv for `vllm` (kept for callers that only show it)."""
-    text = os.environ.get(ENV_VLLM_CMD, "").strip()
-    return shlex.split(text) if text else ["vllm"]
-
-
 def command_env(command: str) -> dict[str, str]:
     """The NAME=value assignments in front of `vllm serve`: they are meant for the server, so it gets them."""
     try:
@@ -252,9 +246,6 @@ def first_error_line(log_text: str) -> str:
         if "error" in line.lower() and not any(w in line for w in _WRAPPERS):
             return line[-300:]
     return lines[-1][-300:] if lines else "no output"
-
-
-_last_error_line = first_error_line  # the name older callers used
 
 
 def start_server(command: str, *, env: dict[str, str], log_dir: Path, start_timeout_s: float = 600.0,
