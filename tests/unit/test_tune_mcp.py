@@ -27,6 +27,7 @@ async def test_tuning_tools_annotations_and_confirmation(tmp_path: Path) -> None
         assert started.structured_content["trials"][0]["status"] == "proposed"
         report = await client.call_tool("tune_report", {"session_id": sid, "save_result": str(tmp_path)})
         assert not report.is_error and report.structured_content["state"] == "needs-measurement"  # type: ignore[index]
+        assert report.structured_content["server"] is None  # type: ignore[index]  # no trial server running
         # no elicitation in this session and no confirm: nothing is started
         refused = await client.call_tool("tune_run_trial", {"session_id": sid, "save_result": str(tmp_path)})
         assert refused.is_error and "confirm=true" in str(refused.content)
