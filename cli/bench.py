@@ -112,6 +112,7 @@ def _bench(args: argparse.Namespace) -> int:
     import signal
 
     from vllm_tune.tools.bench.api import run_benchmark
+    from vllm_tune.tools.bench.render import render_summary
 
     req = _input(args)
     bar = _Bar()
@@ -137,55 +138,5 @@ def _bench(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
     else:
-        _print_summary(out)
+        print(render_summary(out))
     return EXIT_INTERRUPTED if out.state == "cancelled" else 0
-
-
-def _print_summary(out: Any) -> None:
-    r = out.result
-    if r is not None:
-        d = r.model_dump()
-        rows = [("Successful requests", d["completed"]), ("Failed requests", d["failed"]),
-                ("Benchmark duration (s)", d["duration"]), ("Total input tokens", d["total_input_tokens"]),
-                ("Total generated tokens", d["total_output_tokens"]),
-                ("Request throughput (req/s)", d["request_throughput"]),
-                ("Request goodput (req/s)", d["request_goodput"]),
-                ("Output token throughput (tok/s)", d["output_throughput"]),
-                ("Peak output token throughput (tok/s)", d["max_output_tokens_per_s"]),
-                ("Peak concurrent requests", d["max_concurrent_requests"]),
-                ("Total token throughput (tok/s)", d["total_token_throughput"])]
-        print(f"{' Serving Benchmark Result ':=^56}")
-        for name, value in rows:
-            if value is not None:
-                print(f"{name + ':':<42}{value:>14.2f}" if isinstance(value, float) else f"{name + ':':<42}{value:>14}")
-        for metric in ("ttft", "tpot", "itl", "e2el"):
-            print(f"{' ' + metric.upper() + ' (ms) ':-^56}")
-            for key, value in d.items():
-                if key.endswith(f"_{metric}_ms") and not key.startswith("std_"):
-                    print(f"{key:<42}{value:>14.2f}")
-        check = d.get("client_check", {})
-        print(f"{' Client self-check ':-^56}")
-        print(f"{'p99 schedule lag (ms)':<42}{check.get('p99_lag_ms', 0.0):>14.2f}")
-        print(f"{'client CPU s per 1000 requests':<42}{check.get('client_cpu_per_1k_requests_s', 0.0):>14.2f}")
-        server = d.get("server") or {}
-        if server.get("scrapes"):
-            print(f"{' Server (/metrics, same window) ':-^56}")
-            for key in ("max_running", "max_waiting", "max_kv_cache_usage", "preemptions", "server_mean_ttft_ms",
-                        "server_mean_queue_time_ms", "client_minus_server_mean_ttft_ms"):
-                if server.get(key) is not None:
-                    print(f"{key:<42}{server[key]:>14.2f}")
-    if out.capacity is not None:
-        c = out.capacity
-        print(f"{' SLO capacity ':=^56}")
-        for p in c.curve:
-            mark = "pass" if p.meets_slo else "FAIL"
-            var = "concurrency" if p.phase == "probe" else c.variable
-            print(f"  {p.phase:<8} {var}={p.value:<9.4g} achieved {p.achieved_request_throughput:8.2f} req/s "
-                  f"{mark} {'; '.join(p.violations)}")
-        print(f"capacity: {c.capacity}  ({c.confidence})")
-        if c.knee:
-            print(f"knee of the latency-throughput curve: {c.variable}={c.knee.value:g} "
-                  f"({c.knee.achieved_request_throughput:.2f} req/s)")
-    for w in out.warnings:
-        print(f"warning: {w}")
-    print(f"run id {out.run_id}; results: {out.result_path}")

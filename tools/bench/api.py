@@ -497,11 +497,21 @@ def result_file(ref: RunRef) -> Path:
     return ResultStore(results_dir(ref.save_result)).run_dir(ref.run_id) / "result.json"
 
 
+class ResultsRef(RunRef):
+    detail: bool = Field(default=False, description="include per-request arrays (ttfts, itls, ...)")
+
+
 class BenchmarkResultsOutput(BaseModel):
     run_id: str
     state: str
     result_path: str
     result: dict[str, Any] = Field(description="the saved result JSON (vllm bench serve fields plus our blocks)")
+    omitted: list[str] = Field(default_factory=list,
+                               description="per-request arrays left out (detail=false); they stay in the file")
+
+
+# Above this many items a top-level list is per-request data (one value per request): summaries never need it.
+_PER_REQUEST_MIN = 50
 
 
 def load_results(ref: RunRef) -> BenchmarkResultsOutput:
@@ -509,5 +519,10 @@ def load_results(ref: RunRef) -> BenchmarkResultsOutput:
     if status.state == "running":
         raise BadInputError(f"benchmark run {ref.run_id} is still running ({status.done}/{status.total} done); "
                             "poll benchmark_status")
+    result = benchmark_results(ref)
+    omitted: list[str] = []
+    if not getattr(ref, "detail", True):
+        for key in [k for k, v in result.items() if isinstance(v, list) and len(v) >= _PER_REQUEST_MIN]:
+            omitted.append(f"{key} ({len(result.pop(key))} values)")
     return BenchmarkResultsOutput(run_id=ref.run_id, state=status.state, result_path=str(result_file(ref)),
-                                  result=benchmark_results(ref))
+                                  result=result, omitted=omitted)
