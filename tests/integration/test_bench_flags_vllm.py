@@ -8,6 +8,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -65,10 +66,10 @@ def test_every_shared_flag_matches_vllms_parser(vllm_table: dict[str, Any]) -> N
 
 
 def test_a_pasted_vllm_bench_serve_line_means_the_same_load() -> None:
-    line = ("bench --backend vllm --base-url http://127.0.0.1:8000 --model tiny --dataset-name random "
-            "--random-input-len 100 --random-output-len 20 --random-range-ratio 0.5 --request-rate 4 "
-            "--burstiness 0.5 --max-concurrency 8 --num-prompts 50 --goodput ttft:500 tpot:50 "
-            "--metric-percentiles 50,90,99 --seed 7 --num-warmups 3").split()
+    line = shlex.split("bench --backend vllm --base-url http://127.0.0.1:8000 --model tiny --dataset-name random "
+                       "--random-input-len 100 --random-output-len 20 --random-range-ratio 0.5 --request-rate 4 "
+                       "--burstiness 0.5 --max-concurrency 8 --num-prompts 50 --goodput ttft:500 tpot:50 "
+                       "--metric-percentiles 50,90,99 --seed 7 --num-warmups 3")
     req = bench_cli._input(build_parser().parse_args(line))
     assert (req.url, req.model, req.endpoint) == ("http://127.0.0.1:8000", "tiny", "completions")
     assert (req.rate, req.max_concurrency, req.concurrency, req.num_prompts) == (4.0, 8, None, 50)

@@ -44,4 +44,4 @@ def test_a_bad_flag_with_json_is_json_too() -> None:
 def test_a_cli_flag_error_from_a_handler_is_json_with_json() -> None:
     out = _cli("bench", "http://127.0.0.1:9", "--percentiles", "x,y", "--json")
     assert out.returncode == 2
-    assert "--percentiles" in json.loads(out.stdout)["error"]
+    assert "--metric-percentiles" in json.loads(out.stdout)["error"]
