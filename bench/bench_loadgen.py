@@ -53,7 +53,7 @@ from vllm_tune.tools.bench.metrics import compute_metrics, percentile  # noqa: E
 from vllm_tune.tools.bench.runner import LoadPlan, Progress, check_schedule, choose_workers, run_load  # noqa: E402
 
 VLLM_PY = Path.home() / ".cache/vllm-tune/testenv/vllm-0.32.0/bin/python"
-VLLM_CLI = Path("/work/shared/reference/vllm-cpu/vllm_cli.py")
+VLLM_CLI = Path(__file__).resolve().parents[1] / "tests" / "support" / "vllm_cli.py"
 PEERS = Path.home() / ".cache/vllm-tune/peers"
 TINY_LLAMA = Path.home() / ".cache/vllm-tune/testenv/tiny-models-v1/tiny-llama"
 PROMPT = " ".join(f"t{10 + i}" for i in range(15))  # 16 tokens with BOS on the test server

@@ -8,84 +8,203 @@ from typing import Any
 
 from vllm_tune.cli.common import EXIT_INTERRUPTED, fail, parse_key_values, print_json
 
+# Flags that mean what they mean in `vllm bench serve` (name, type and default); a test reads vLLM's own parser.
+SHARED_WITH_VLLM_BENCH = (
+    "--base-url", "--host", "--port", "--model", "--backend", "--endpoint", "--request-rate", "--max-concurrency",
+    "--burstiness", "--num-prompts", "--num-warmups", "--dataset-name", "--dataset-path", "--random-input-len",
+    "--random-output-len", "--random-range-ratio", "--random-prefix-len", "--ignore-eos", "--goodput",
+    "--percentile-metrics", "--metric-percentiles", "--seed", "--save-result", "--result-dir", "--result-filename",
+    "--label", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps",
+)
+# vllm bench serve's --dataset-name values we generate, and our workload kind for each.
+_DATASETS = {"random": "random", "sharegpt": "sharegpt", "custom": "jsonl", "prefix_repetition": "shared-prefix"}
+_BACKENDS = ("openai", "vllm", "openai-chat")
+_CHAT_ENDPOINTS = ("chat", "/v1/chat/completions")
+_COMPLETION_ENDPOINTS = ("completions", "/v1/completions")
+
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("bench", help="load-test a vLLM endpoint (vllm bench serve compatible results)",
-                       description="Send load to a vLLM OpenAI endpoint and measure TTFT/TPOT/ITL/E2EL, goodput "
-                                   "and SLO capacity. Non-loopback targets need --yes (and VLLM_TUNE_ALLOWED_TARGETS).")
-    p.add_argument("url", help="server base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument("--model", help="served model id (default: the first one)")
-    p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    p = sub.add_parser(
+        "bench", help="load-test a vLLM endpoint (vllm bench serve flags and result fields)",
+        description="Send load to a vLLM OpenAI endpoint and measure TTFT/TPOT/ITL/E2EL, goodput and SLO capacity. "
+                    "Flags shared with `vllm bench serve` keep its names, meanings and defaults, so its command "
+                    "line works here (our older names stay as aliases). Non-loopback targets need --yes and "
+                    "VLLM_TUNE_ALLOWED_TARGETS.")
+    p.add_argument("url", nargs="?", help="server base URL, e.g. http://127.0.0.1:8000 (or --base-url, --host/--port)")
+    p.add_argument("--base-url", type=str, default=None, help="server base URL (vllm bench serve's name)")
+    p.add_argument("--host", type=str, default="127.0.0.1", help="server host when no URL is given")
+    p.add_argument("--port", type=int, default=8000, help="server port when no URL is given")
+    p.add_argument("--model", type=str, default=None, help="served model id (default: the first one)")
+    p.add_argument("--backend", type=str, default="openai", choices=_BACKENDS,
+                   help="openai/vllm: completions API; openai-chat: chat completions API")
+    p.add_argument("--endpoint", type=str, default="/v1/completions",
+                   help="/v1/completions or /v1/chat/completions (also: completions, chat)")
     load = p.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=int, help="closed loop: requests kept in flight")
-    load.add_argument("--rate", type=float, help="open loop: requests per second")
-    load.add_argument("--trace", help="JSONL trace to replay (timestamp in ms or offset_s)")
-    p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape for --rate (1 = Poisson)")
-    p.add_argument("--arrival", choices=("poisson", "constant", "gamma"), default="poisson")
-    p.add_argument("--ramp", metavar="START:END", help="ramp the rate linearly (req/s) over --duration")
-    p.add_argument("--max-concurrency", type=int, help="cap on in-flight requests for --rate")
-    p.add_argument("--num-prompts", type=int)
-    p.add_argument("--duration", type=float, help="seconds to send load")
-    p.add_argument("--input-len", type=int, default=256)
-    p.add_argument("--output-len", type=int, default=128)
-    p.add_argument("--dataset", help="ShareGPT JSON or custom JSONL file")
-    p.add_argument("--dataset-kind", choices=("random", "shared-prefix", "sharegpt", "jsonl"))
-    p.add_argument("--prefix-len", type=int, default=0, help="shared-prefix tokens")
-    p.add_argument("--num-prefixes", type=int, default=1)
-    p.add_argument("--no-ignore-eos", action="store_true", help="let generation stop at EOS")
-    p.add_argument("--warmup", type=int, default=2, help="unmeasured warm-up requests")
-    p.add_argument("--slo", help="SLO in ms: ttft=MS,tpot=MS,e2el=MS")
-    p.add_argument("--slo-percentile", type=float, default=99.0)
-    p.add_argument("--percentiles", default="50,90,95,99")
-    p.add_argument("--search-capacity", action="store_true", help="find the highest load meeting --slo")
+    load.add_argument("--request-rate", "--rate", dest="request_rate", type=float, default=float("inf"),
+                      help="requests per second; inf (the default) sends every request at once, so "
+                           "--max-concurrency alone gives a closed loop")
+    load.add_argument("--concurrency", type=int, help="closed loop: keep this many requests in flight "
+                                                      "(= --max-concurrency N at --request-rate inf)")
+    load.add_argument("--trace", help="JSONL trace to replay (timestamp in ms or offset_s per line)")
+    p.add_argument("--max-concurrency", type=int, default=None, help="cap on requests in flight")
+    p.add_argument("--burstiness", type=float, default=1.0,
+                   help="gamma shape of inter-arrival times: 1 = Poisson, <1 burstier, >1 smoother")
+    p.add_argument("--arrival", choices=("poisson", "constant", "gamma"), default="poisson",
+                   help="inter-arrival process for a finite --request-rate (gamma when --burstiness != 1)")
+    p.add_argument("--ramp-up-strategy", type=str, default=None, choices=("linear",),
+                   help="ramp the rate from --ramp-up-start-rps to --ramp-up-end-rps over --duration")
+    p.add_argument("--ramp-up-start-rps", type=int, default=None, help="ramp start rate (req/s)")
+    p.add_argument("--ramp-up-end-rps", type=int, default=None, help="ramp end rate (req/s)")
+    p.add_argument("--ramp", metavar="START:END", help="alias of a linear ramp with fractional rates (req/s)")
+    p.add_argument("--num-prompts", type=int, default=1000, help="measured requests")
+    p.add_argument("--duration", type=float, help="seconds to send load (instead of a request count)")
+    p.add_argument("--num-warmups", "--warmup", dest="num_warmups", type=int, default=0,
+                   help="unmeasured warm-up requests sent first")
+    p.add_argument("--dataset-name", type=str, default="random", choices=tuple(_DATASETS),
+                   help="random (token-exact prompts), sharegpt, custom (JSONL), prefix_repetition")
+    p.add_argument("--dataset-kind", choices=("random", "shared-prefix", "sharegpt", "jsonl"),
+                   help="our older name of --dataset-name")
+    p.add_argument("--dataset-path", "--dataset", dest="dataset_path", type=str, default=None,
+                   help="ShareGPT JSON or custom JSONL file")
+    p.add_argument("--random-input-len", "--input-len", dest="random_input_len", type=int, default=1024,
+                   help="prompt tokens per request (random datasets)")
+    p.add_argument("--random-output-len", "--output-len", dest="random_output_len", type=int, default=128,
+                   help="output tokens per request")
+    p.add_argument("--random-range-ratio", type=str, default="0.0",
+                   help="lengths drawn uniformly in [len*(1-r), len*(1+r)], 0 <= r < 1")
+    p.add_argument("--random-prefix-len", "--prefix-len", dest="random_prefix_len", type=int, default=0,
+                   help="tokens of a prefix shared by the prompts, before the random part")
+    p.add_argument("--num-prefixes", type=int, default=1, help="distinct shared prefixes")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="generate exactly the output length; like vllm bench serve it is always on for the "
+                        "random dataset")
+    p.add_argument("--no-ignore-eos", action="store_true", help="let random-dataset generation stop at EOS")
+    p.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
+                   help="SLO for goodput as vllm bench serve takes it, e.g. ttft:500 tpot:50 (ttft, tpot, e2el)")
+    p.add_argument("--slo", help="the same SLO as ttft=MS,tpot=MS,e2el=MS")
+    p.add_argument("--slo-percentile", type=float, default=99.0, help="percentile the capacity search checks")
+    p.add_argument("--percentile-metrics", type=str, default=None,
+                   help="accepted for compatibility: results always carry ttft, tpot, itl and e2el percentiles")
+    p.add_argument("--metric-percentiles", "--percentiles", dest="metric_percentiles", type=str, default="99",
+                   help="comma-separated percentiles to report, e.g. 50,90,99 (mean, median and std always)")
+    p.add_argument("--search-capacity", action="store_true", help="find the highest load meeting the SLO")
     p.add_argument("--search-variable", choices=("rate", "concurrency"), default="rate")
-    p.add_argument("--search-max", type=float)
+    p.add_argument("--search-max", type=float, help="upper bound of the capacity search")
     p.add_argument("--search-prompts", type=int, default=100, help="requests per search step")
-    p.add_argument("--save-result", metavar="DIR", help="results directory (default ./vllm-tune-results)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save-result", action="store_true",
+                   help="also write the result JSON to --result-dir/--result-filename, as vllm bench serve does "
+                        "(every run is kept in the results directory anyway)")
+    p.add_argument("--result-dir", type=str, default=None,
+                   help="directory for results (default $VLLM_TUNE_RESULTS_DIR or ./vllm-tune-results)")
+    p.add_argument("--result-filename", type=str, default=None,
+                   help="file name for --save-result (default: vllm bench serve's pattern)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of prompts and arrivals")
     p.add_argument("--workers", type=int, help="load processes (default: automatic)")
     p.add_argument("--serve-flag", action="append", default=[], metavar="KEY=VALUE",
                    help="server flag to record in provenance (repeatable)")
-    p.add_argument("--label")
+    p.add_argument("--label", type=str, default=None, help="label stored with the result")
     p.add_argument("--plot", action="store_true", help="write PNG plots (needs matplotlib)")
     p.add_argument("--yes", action="store_true", help="confirm sending load to a non-loopback target")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=_bench)
+
+
+def _base_url(args: argparse.Namespace) -> str:
+    if args.url and args.base_url and args.url != args.base_url:
+        fail("give the server either as URL or as --base-url, not both")
+    return str(args.url or args.base_url or f"http://{args.host}:{args.port}")
+
+
+def _endpoint(args: argparse.Namespace) -> str:
+    if args.endpoint in _CHAT_ENDPOINTS or (args.backend == "openai-chat" and args.endpoint == "/v1/completions"):
+        return "chat"
+    if args.endpoint in _COMPLETION_ENDPOINTS:
+        return "completions"
+    fail(f"--endpoint {args.endpoint!r}: expected /v1/completions or /v1/chat/completions")
+
+
+def _slo(args: argparse.Namespace) -> dict[str, float]:
+    slo = parse_key_values(args.slo, allowed={"ttft", "tpot", "e2el"}, what="SLO") if args.slo else {}
+    for pair in args.goodput or []:
+        key, sep, raw = pair.partition(":")
+        try:
+            slo[key.strip().lower()] = float(raw)
+        except ValueError:
+            fail(f"bad --goodput {pair!r}: expected KEY:MILLISECONDS, e.g. ttft:500")
+        if not sep:
+            fail(f"bad --goodput {pair!r}: expected KEY:MILLISECONDS, e.g. ttft:500")
+    return slo
+
+
+def _ramp(args: argparse.Namespace) -> tuple[float | None, float | None]:
+    if args.ramp:
+        a, sep, b = args.ramp.partition(":")
+        if not sep:
+            fail("--ramp needs START:END")
+        try:
+            return float(a), float(b)
+        except ValueError:
+            fail(f"bad --ramp {args.ramp!r}: expected START:END in req/s")
+    if args.ramp_up_strategy or args.ramp_up_start_rps is not None or args.ramp_up_end_rps is not None:
+        if args.ramp_up_start_rps is None or args.ramp_up_end_rps is None:
+            fail("a ramp needs --ramp-up-start-rps and --ramp-up-end-rps")
+        return float(args.ramp_up_start_rps), float(args.ramp_up_end_rps)
+    return None, None
+
+
+def _load(args: argparse.Namespace, ramped: bool) -> tuple[int | None, float | None, int | None]:
+    """(concurrency, rate, max_concurrency) with vllm bench serve's meaning of --request-rate inf."""
+    rate = args.request_rate
+    if args.concurrency is not None or args.trace or ramped:
+        return args.concurrency, None, args.max_concurrency
+    if rate == float("inf"):
+        if args.search_capacity:
+            return None, None, args.max_concurrency
+        # Everything released at t=0 behind a cap of N is a closed loop of N; with no cap, of all requests.
+        return args.max_concurrency or args.num_prompts, None, None
+    if not rate > 0:
+        fail(f"--request-rate {rate:g}: must be positive (or inf)")
+    return None, rate, args.max_concurrency
 
 
 def _input(args: argparse.Namespace) -> Any:
     from vllm_tune.tools.bench.api import RunBenchmarkInput
 
-    slo = parse_key_values(args.slo, allowed={"ttft", "tpot", "e2el"}, what="SLO") if args.slo else {}
     try:
-        percentiles = [float(x) for x in args.percentiles.split(",") if x.strip()]
+        percentiles = [float(x) for x in args.metric_percentiles.split(",") if x.strip()]
     except ValueError:
-        fail(f"bad --percentiles {args.percentiles!r}")
-    ramp_start = ramp_end = None
-    if args.ramp:
-        a, sep, b = args.ramp.partition(":")
-        try:
-            ramp_start, ramp_end = float(a), float(b)
-        except ValueError:
-            fail(f"bad --ramp {args.ramp!r}: expected START:END in req/s")
-        if not sep:
-            fail("--ramp needs START:END")
+        fail(f"bad --metric-percentiles {args.metric_percentiles!r}: expected numbers, e.g. 50,90,99")
+    try:
+        range_ratio = float(args.random_range_ratio)
+    except ValueError:
+        fail(f"bad --random-range-ratio {args.random_range_ratio!r}: expected a number in [0, 1)")
+    ramp_start, ramp_end = _ramp(args)
+    concurrency, rate, cap = _load(args, ramp_start is not None)
     flags: dict[str, str] = {}
     for item in args.serve_flag:
         key, sep, value = item.partition("=")
         if not sep:
             fail(f"bad --serve-flag {item!r}: expected KEY=VALUE")
         flags[key] = value
+    kind = args.dataset_kind or _DATASETS[args.dataset_name]
+    if args.dataset_kind is None and args.dataset_name == "random" and args.random_prefix_len:
+        kind = "shared-prefix"
+    if kind in ("sharegpt", "jsonl") and not args.dataset_path:
+        fail(f"--dataset-name {args.dataset_name} needs --dataset-path")
+    # vllm bench serve forces ignore_eos for its random datasets (so outputs reach the requested length).
+    ignore_eos = args.ignore_eos or (kind in ("random", "shared-prefix") and not args.no_ignore_eos)
     return RunBenchmarkInput(
-        url=args.url, model=args.model, endpoint=args.endpoint, concurrency=args.concurrency, rate=args.rate,
-        trace=args.trace, arrival=args.arrival, burstiness=args.burstiness, ramp_start_rate=ramp_start,
-        ramp_end_rate=ramp_end, max_concurrency=args.max_concurrency, num_prompts=args.num_prompts,
-        duration_s=args.duration, input_len=args.input_len, output_len=args.output_len, dataset=args.dataset,
-        dataset_kind=args.dataset_kind, prefix_len=args.prefix_len, num_prefixes=args.num_prefixes,
-        ignore_eos=not args.no_ignore_eos, warmup_requests=args.warmup, slo=slo, slo_percentile=args.slo_percentile,
-        percentiles=percentiles, search_capacity=args.search_capacity, search_variable=args.search_variable,
-        search_max=args.search_max, search_prompts=args.search_prompts, save_result=args.save_result,
-        seed=args.seed, confirm=args.yes, serve_flags=flags, workers=args.workers, label=args.label, plot=args.plot)
+        url=_base_url(args), model=args.model, endpoint=_endpoint(args), concurrency=concurrency, rate=rate,
+        trace=args.trace, arrival="gamma" if args.burstiness != 1.0 and args.arrival == "poisson" else args.arrival,
+        burstiness=args.burstiness, ramp_start_rate=ramp_start, ramp_end_rate=ramp_end, max_concurrency=cap,
+        num_prompts=None if args.duration else args.num_prompts, duration_s=args.duration,
+        input_len=args.random_input_len, output_len=args.random_output_len, range_ratio=range_ratio,
+        dataset=args.dataset_path, dataset_kind=kind, prefix_len=args.random_prefix_len,
+        num_prefixes=args.num_prefixes, ignore_eos=ignore_eos, warmup_requests=args.num_warmups, slo=_slo(args),
+        slo_percentile=args.slo_percentile, percentiles=percentiles, search_capacity=args.search_capacity,
+        search_variable=args.search_variable, search_max=args.search_max, search_prompts=args.search_prompts,
+        save_result=args.result_dir, seed=args.seed, confirm=args.yes, serve_flags=flags, workers=args.workers,
+        label=args.label, plot=args.plot)
 
 
 class _Bar:
@@ -112,6 +231,7 @@ def _bench(args: argparse.Namespace) -> int:
     import signal
 
     from vllm_tune.tools.bench.api import run_benchmark
+    from vllm_tune.tools.bench.render import render_summary
 
     req = _input(args)
     bar = _Bar()
@@ -140,58 +260,28 @@ def _bench(args: argparse.Namespace) -> int:
 
     out = asyncio.run(main())
     bar.end()
+    if args.save_result and out.result_path:
+        _copy_result(out.result_path, args)
     if args.json:
         print_json(out)
     else:
-        _print_summary(out)
+        print(render_summary(out))
     return EXIT_INTERRUPTED if out.state == "cancelled" else 0
 
 
-def _print_summary(out: Any) -> None:
-    r = out.result
-    if r is not None:
-        d = r.model_dump()
-        rows = [("Successful requests", d["completed"]), ("Failed requests", d["failed"]),
-                ("Benchmark duration (s)", d["duration"]), ("Total input tokens", d["total_input_tokens"]),
-                ("Total generated tokens", d["total_output_tokens"]),
-                ("Request throughput (req/s)", d["request_throughput"]),
-                ("Request goodput (req/s)", d["request_goodput"]),
-                ("Output token throughput (tok/s)", d["output_throughput"]),
-                ("Peak output token throughput (tok/s)", d["max_output_tokens_per_s"]),
-                ("Peak concurrent requests", d["max_concurrent_requests"]),
-                ("Total token throughput (tok/s)", d["total_token_throughput"])]
-        print(f"{' Serving Benchmark Result ':=^56}")
-        for name, value in rows:
-            if value is not None:
-                print(f"{name + ':':<42}{value:>14.2f}" if isinstance(value, float) else f"{name + ':':<42}{value:>14}")
-        for metric in ("ttft", "tpot", "itl", "e2el"):
-            print(f"{' ' + metric.upper() + ' (ms) ':-^56}")
-            for key, value in d.items():
-                if key.endswith(f"_{metric}_ms") and not key.startswith("std_"):
-                    print(f"{key:<42}{value:>14.2f}")
-        check = d.get("client_check", {})
-        print(f"{' Client self-check ':-^56}")
-        print(f"{'p99 schedule lag (ms)':<42}{check.get('p99_lag_ms', 0.0):>14.2f}")
-        print(f"{'client CPU s per 1000 requests':<42}{check.get('client_cpu_per_1k_requests_s', 0.0):>14.2f}")
-        server = d.get("server") or {}
-        if server.get("scrapes"):
-            print(f"{' Server (/metrics, same window) ':-^56}")
-            for key in ("max_running", "max_waiting", "max_kv_cache_usage", "preemptions", "server_mean_ttft_ms",
-                        "server_mean_queue_time_ms", "client_minus_server_mean_ttft_ms"):
-                if server.get(key) is not None:
-                    print(f"{key:<42}{server[key]:>14.2f}")
-    if out.capacity is not None:
-        c = out.capacity
-        print(f"{' SLO capacity ':=^56}")
-        for p in c.curve:
-            mark = "pass" if p.meets_slo else "FAIL"
-            var = "concurrency" if p.phase == "probe" else c.variable
-            print(f"  {p.phase:<8} {var}={p.value:<9.4g} achieved {p.achieved_request_throughput:8.2f} req/s "
-                  f"{mark} {'; '.join(p.violations)}")
-        print(f"capacity: {c.capacity}  ({c.confidence})")
-        if c.knee:
-            print(f"knee of the latency-throughput curve: {c.variable}={c.knee.value:g} "
-                  f"({c.knee.achieved_request_throughput:.2f} req/s)")
-    for w in out.warnings:
-        print(f"warning: {w}")
-    print(f"run id {out.run_id}; results: {out.result_path}")
+def _copy_result(result_path: str, args: argparse.Namespace) -> None:
+    """--save-result: the run's result JSON also under vllm bench serve's directory and file name."""
+    import shutil
+    from datetime import datetime
+    from pathlib import Path
+
+    name = args.result_filename
+    if not name:
+        rate = "inf" if args.request_rate == float("inf") else f"{args.request_rate:g}"
+        cap = f"-concurrency{args.max_concurrency}" if args.max_concurrency else ""
+        model = (args.model or "model").split("/")[-1]
+        name = f"{args.backend}-{rate}qps{cap}-{model}-{datetime.now():%Y%m%d-%H%M%S}.json"
+    target = Path(args.result_dir or ".") / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(result_path, target)
+    print(f"result also saved to {target}", file=sys.stderr)

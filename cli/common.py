@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -20,9 +21,25 @@ EXIT_INTERRUPTED = 130
 Handler = Callable[[argparse.Namespace], int]
 
 
+class CliError(Exception):
+    """A failure found by the CLI layer itself (a flag's value), with the exit code it maps to."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    print(f"vllm-tune: error: {message}", file=sys.stderr)
-    raise SystemExit(code)
+    raise CliError(message, code)
+
+
+def report_error(message: str, code: int, *, as_json: bool, prefix: str = "error") -> int:
+    """One line on stderr; with --json the same as a JSON object on stdout, where the JSON reader looks."""
+    if as_json:
+        print(json.dumps({"error": message, "exit_code": code}))
+    else:
+        print(f"vllm-tune: {prefix}: {message}", file=sys.stderr)
+    return code
 
 
 def run_handler(handler: Handler, args: argparse.Namespace) -> int:
@@ -31,27 +48,27 @@ def run_handler(handler: Handler, args: argparse.Namespace) -> int:
 
     from vllm_tune.tools.errors import VllmTuneError
 
+    as_json = bool(getattr(args, "json", False))
     try:
         return handler(args)
-    except VllmTuneError as exc:
-        print(f"vllm-tune: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except (VllmTuneError, CliError) as exc:
+        return report_error(str(exc), exc.exit_code, as_json=as_json)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "input"
-        print(f"vllm-tune: error: bad input: {where}: {first['msg']}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return report_error(f"bad input: {where}: {first['msg']}", EXIT_BAD_INPUT, as_json=as_json)
     except KeyboardInterrupt:
-        print("vllm-tune: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        if not as_json:
+            print("vllm-tune: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        return report_error("interrupted", EXIT_INTERRUPTED, as_json=True)
     except BrokenPipeError:
         return EXIT_OK
     except Exception as exc:  # the last line of defence: never a traceback unless asked for
         if os.environ.get("VLLM_TUNE_DEBUG"):
             raise
-        print(f"vllm-tune: unexpected failure: {type(exc).__name__}: {exc} "
-              "(set VLLM_TUNE_DEBUG=1 for a traceback)", file=sys.stderr)
-        return EXIT_FAILURE
+        return report_error(f"{type(exc).__name__}: {exc} (set VLLM_TUNE_DEBUG=1 for a traceback)", EXIT_FAILURE,
+                            as_json=as_json, prefix="unexpected failure")
 
 
 def print_json(model: BaseModel) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_tune.cli.common import EXIT_FAILURE, EXIT_OK, parse_env_items, print_json
 
 if TYPE_CHECKING:
-    from vllm_tune.tools.lint.api import LintOutput
+    pass
 
 
 def register(sub: Any) -> None:
@@ -36,6 +36,7 @@ def register(sub: Any) -> None:
 def _lint(args: argparse.Namespace) -> int:
     from vllm_tune.tools.errors import BadInputError
     from vllm_tune.tools.lint.api import LintInput, lint_config
+    from vllm_tune.tools.lint.render import render_lint
 
     argv = [a for a in args.argv if a != "--"] if args.argv else []
     if argv and args.command_line:
@@ -47,27 +48,7 @@ def _lint(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
     else:
-        _print(out)
+        print(render_lint(out))
     serious = any(p.severity in ("warning", "critical") for p in out.option_problems) or \
         any(f.severity in ("warning", "critical") for f in out.findings)
     return EXIT_FAILURE if serious else EXIT_OK
-
-
-def _print(out: LintOutput) -> None:
-    print(f"{out.verdict}  (vLLM {out.vllm_version} option table"
-          + (f"; model {out.model}" if out.model else "") + ")")
-    for p in out.option_problems:
-        hint = f" -> {p.suggestion}" if p.suggestion else ""
-        print(f"  [{p.severity}] {p.option}: {p.problem}: {p.detail}{hint}  ({', '.join(p.knowledge_ids)})")
-    for f in out.findings:
-        evidence = ", ".join(f"{e.signal}={e.value:g}" for e in f.evidence)
-        print(f"  [{f.severity}] {f.title} [{f.id}, {f.confidence} confidence]: {evidence}")
-        for a in f.actions:
-            value = f" {a.value}" if a.value else ""
-            print(f"      {a.direction} {a.target}{value}: {a.expected_effect}")
-        if f.note:
-            print(f"      note: {f.note}")
-    for n in out.not_checked:
-        print(f"  not checked: {n.id} (needs {n.needs})")
-    for note in out.notes:
-        print(f"  note: {note}")

@@ -7,7 +7,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from vllm_tune.cli.common import EXIT_BAD_INPUT, run_handler
+from vllm_tune.cli.common import EXIT_BAD_INPUT, report_error, run_handler
 
 # Each module exposes `register(subparsers)` and sets `handler` on its parser.
 _COMMANDS = ("demo", "mcp", "kb", "diagnose", "plan", "moe", "bench", "lint", "compare", "tune")
@@ -15,8 +15,11 @@ _COMMANDS = ("demo", "mcp", "kb", "diagnose", "plan", "moe", "bench", "lint", "c
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        if "--json" in sys.argv[1:]:
+            report_error(f"{self.prog}: {message}", EXIT_BAD_INPUT, as_json=True)
+        else:
+            self.print_usage(sys.stderr)
+            print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
 
 

@@ -41,6 +41,7 @@ def register(sub: Any) -> None:
 
 def _moe(args: argparse.Namespace) -> int:
     from vllm_tune.tools.moe.api import MoeInput, run_moe
+    from vllm_tune.tools.moe.render import render_text
 
     mode = "tune" if args.tune else (args.mode or "check")
     req = MoeInput(model=args.model, gpu=args.gpu, tp=args.tp, dp=args.dp, ep=args.ep, dtype=args.dtype,
@@ -62,50 +63,7 @@ def _moe(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
         return 0
-    _print_text(out)
+    print(render_text(out))
     if out.tune is not None and not out.tune.ran:
         return 1
     return 0
-
-
-def _print_text(out: Any) -> None:
-    print(f"{out.model} on {out.gpu}: {out.layout}")
-    print(f"  config file : {out.config_file_name}")
-    if out.down_config_file_name:
-        print(f"  optional    : {out.down_config_file_name} (down projection, vLLM >= 0.34)")
-    print(f"  status      : {out.status}" + (f" ({out.found_at})" if out.found_at else ""))
-    print(f"  meaning     : {out.meaning}")
-    for near in out.nearest:
-        print(f"  nearest     : {near.file_name}  [{near.relation}]")
-    if out.log is not None:
-        print(f"  log         : {out.log.summary}")
-        for line in out.log.lines:
-            match = "" if line.matches_expected is None else (" (this layout)" if line.matches_expected else
-                                                             " (another shape)")
-            print(f"    line {line.line_no}: {line.kind} {line.file_name or '?'}{match}")
-    if out.plan is not None:
-        print(f"  plan        : {out.plan.total_points} points over {len(out.plan.batch_sizes)} batch sizes, "
-              f"~{out.plan.estimated_minutes} min on {out.plan.workers} worker(s) (rough)")
-        for step in out.plan.steps:
-            print(f"    - {step}")
-    print(f"  tune with   : {out.tune_command}")
-    print(f"  or vLLM's   : {out.vllm_script_command}")
-    if out.tune is not None:
-        if out.tune.ran:
-            print(f"\n  tuned       : {out.tune.measured}/{out.tune.total} points, complete={out.tune.complete}, "
-                  f"stopped={out.tune.stopped}, wrote {out.tune.written}")
-        if out.tune.reason:
-            print(f"  note        : {out.tune.reason}")
-    if out.verify is not None:
-        v = out.verify
-        print(f"  verify      : loaded={v.loaded_by_lookup} file={v.file} batch sizes={v.batch_sizes}")
-        for problem in v.problems:
-            print(f"    problem: {problem}")
-        for m in v.ab_result:
-            print(f"    {m.metric}: {m.baseline} -> {m.tuned} {m.unit} ({m.change_pct:+}%, noise "
-                  f"{m.noise_pct if m.noise_pct is not None else '?'}%) {m.verdict}")
-        for step in v.ab_plan:
-            print(f"    - {step}")
-    for note in out.notes:
-        print(f"  note        : {note}")
-    print(f"  knowledge   : {', '.join(out.knowledge_ids)}")

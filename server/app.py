@@ -7,8 +7,10 @@ import logging
 from typing import Any
 
 from mcp.server import MCPServer
+from mcp.types import Tool as MCPTool
 
 from vllm_tune.server import knowledge, prompts
+from vllm_tune.server.schema import compact_schema
 
 INSTRUCTIONS = (
     "vllm-tune diagnoses and tunes live vLLM deployments. Characterize the workload first, then "
@@ -21,10 +23,22 @@ INSTRUCTIONS = (
 _AREAS = ("diagnose", "parallelism", "moe", "bench", "lint", "compare", "tune")
 
 
+class VllmTuneServer(MCPServer[Any]):
+    """Publishes compact input schemas and no output schemas.
+
+    Output models stay registered, so every result is still validated here before it is sent; what the
+    client reads is a short text summary plus the structured content. Output schemas were about 70% of
+    `tools/list`, a cost every session pays before its first call."""
+
+    async def list_tools(self) -> list[MCPTool]:
+        return [tool.model_copy(update={"input_schema": compact_schema(tool.input_schema), "output_schema": None})
+                for tool in await super().list_tools()]
+
+
 def build_server() -> MCPServer[Any]:
     from importlib.metadata import version
 
-    mcp: MCPServer[Any] = MCPServer(name="vllm-tune", title="vllm-tune", instructions=INSTRUCTIONS,
+    mcp: MCPServer[Any] = VllmTuneServer(name="vllm-tune", title="vllm-tune", instructions=INSTRUCTIONS,
                                     version=version("vllm-tune"), log_level="WARNING")
     knowledge.register(mcp)
     prompts.register(mcp)

@@ -19,6 +19,7 @@ from vllm_tune.server.registry import add_model_tool
 from vllm_tune.tools.bench.api import (
     BenchmarkResultsOutput,
     CancelOutput,
+    ResultsRef,
     RunBenchmarkInput,
     RunBenchmarkOutput,
     RunRef,
@@ -27,6 +28,7 @@ from vllm_tune.tools.bench.api import (
     load_results,
     run_benchmark,
 )
+from vllm_tune.tools.bench.render import render_saved, render_summary
 from vllm_tune.tools.bench.store import ResultStore, RunStatus, new_run_id, results_dir
 from vllm_tune.tools.net.targets import TargetPolicy
 
@@ -145,6 +147,7 @@ def register(mcp: MCPServer[Any]) -> None:
             "plot=true (capacity searches) also returns the latency-throughput and goodput plots as images."
         ),
         input_model=RunBenchmarkInput, output_model=RunBenchmarkOutput, run=_run, annotations=_SENDS_LOAD,
+        summarize=render_summary,
     )
 
     async def _status(request: RunRef, ctx: Context) -> RunStatus:
@@ -157,14 +160,15 @@ def register(mcp: MCPServer[Any]) -> None:
         input_model=RunRef, output_model=RunStatus, run=_status, annotations=_READS_RESULTS,
     )
 
-    async def _results(request: RunRef, ctx: Context) -> BenchmarkResultsOutput:
+    async def _results(request: ResultsRef, ctx: Context) -> BenchmarkResultsOutput:
         return load_results(request)
 
     add_model_tool(
         mcp, name="benchmark_results", title="Results of a finished benchmark run",
         description="The saved result JSON of a finished run_benchmark run (vllm bench serve fields plus "
                     "client_check, server and provenance blocks, or the capacity search), by run_id.",
-        input_model=RunRef, output_model=BenchmarkResultsOutput, run=_results, annotations=_READS_RESULTS,
+        input_model=ResultsRef, output_model=BenchmarkResultsOutput, run=_results, annotations=_READS_RESULTS,
+        summarize=render_saved,
     )
 
     async def _cancel(request: RunRef, ctx: Context) -> CancelOutput:

@@ -11,6 +11,7 @@ from mcp.types import ToolAnnotations
 
 from vllm_tune.server.registry import add_model_tool
 from vllm_tune.tools.compare.api import CompareInput, CompareOutput, compare_runs
+from vllm_tune.tools.compare.render import render_text
 
 _READ_ONLY_LOCAL = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                                    open_world_hint=False)
@@ -37,4 +38,5 @@ def register(mcp: MCPServer[Any]) -> None:
             "Cite the returned knowledge_ids."
         ),
         input_model=CompareInput, output_model=CompareOutput, run=_compare, annotations=_READ_ONLY_LOCAL,
+        summarize=render_text,
     )

@@ -11,6 +11,7 @@ from mcp.types import ToolAnnotations
 from vllm_tune.server.registry import add_model_tool
 from vllm_tune.tools.diagnose.api import DiagnoseInput, diagnose_metrics
 from vllm_tune.tools.diagnose.models import DiagnoseOutput
+from vllm_tune.tools.diagnose.report import render_report
 from vllm_tune.tools.net.targets import TargetPolicy
 
 # Reads metrics only, changes nothing; the same call later sees different live data; reaches network targets.
@@ -41,4 +42,4 @@ def register(mcp: MCPServer[Any]) -> None:
 
     add_model_tool(mcp, name="diagnose_metrics", title="Diagnose a vLLM deployment from its metrics",
                    description=DESCRIPTION, input_model=DiagnoseInput, output_model=DiagnoseOutput, run=_run,
-                   annotations=_ANNOTATIONS)
+                   annotations=_ANNOTATIONS, summarize=render_report)

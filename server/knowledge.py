@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import Any, get_args
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.types import ToolAnnotations
+from pydantic import ValidationError
 
 from vllm_tune.server.registry import add_model_tool
+from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.kb.api import (
     KnowledgeEntryInput,
     KnowledgeSearchInput,
     KnowledgeSearchOutput,
     get_entry,
-    list_entries,
     render_entry_markdown,
+    render_index,
+    render_kind_index,
     search_knowledge,
 )
-from vllm_tune.tools.kb.schema import Entry
+from vllm_tune.tools.kb.schema import Entry, EntryKind
+
+_KINDS: tuple[str, ...] = get_args(EntryKind)
 
 _READ_ONLY_LOCAL = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                                    open_world_hint=False)
+
+
+def _search_summary(out: KnowledgeSearchOutput) -> str:
+    lines = [f"{len(out.hits)} hit(s) for {out.query!r} among {out.total_entries} entries:"]
+    lines += [f"- {h.id} [{h.kind}, {h.evidence}]: {h.title}" for h in out.hits]
+    return "\n".join(lines)
 
 
 def register(mcp: MCPServer[Any]) -> None:
@@ -39,7 +50,7 @@ def register(mcp: MCPServer[Any]) -> None:
             "kb://entries/{id} URI; read the entry with get_knowledge_entry for sources and version ranges."
         ),
         input_model=KnowledgeSearchInput, output_model=KnowledgeSearchOutput, run=_search,
-        annotations=_READ_ONLY_LOCAL,
+        annotations=_READ_ONLY_LOCAL, summarize=_search_summary,
     )
 
     async def _get(request: KnowledgeEntryInput, ctx: Context) -> Entry:
@@ -53,14 +64,26 @@ def register(mcp: MCPServer[Any]) -> None:
             "search_knowledge or another vllm-tune tool cited."
         ),
         input_model=KnowledgeEntryInput, output_model=Entry, run=_get, annotations=_READ_ONLY_LOCAL,
+        summarize=render_entry_markdown,
     )
 
     @mcp.resource("kb://entries/{entry_id}", name="knowledge-entry", mime_type="text/markdown",
                   description="One knowledge entry with its sources, as markdown.")
     def entry_resource(entry_id: str) -> str:
-        return render_entry_markdown(get_entry(KnowledgeEntryInput(id=entry_id)))
+        try:
+            entry = get_entry(KnowledgeEntryInput(id=entry_id))
+        except (BadInputError, ValidationError) as exc:
+            raise ResourceNotFoundError(str(exc).splitlines()[0]) from None
+        return render_entry_markdown(entry)
 
-    @mcp.resource("kb://index", name="knowledge-index", mime_type="application/json",
-                  description="Every knowledge entry: id, kind, title, evidence, vLLM range and sources.")
+    @mcp.resource("kb://index", name="knowledge-index", mime_type="text/markdown",
+                  description="The knowledge base at a glance: kinds with counts, triage rules and levers by id.")
     def index_resource() -> str:
-        return json.dumps(list_entries().entries, indent=1)
+        return render_index()
+
+    @mcp.resource("kb://index/{kind}", name="knowledge-index-kind", mime_type="text/markdown",
+                  description="Every entry of one kind (flag, metric, pitfall, ...): id and title, one a line.")
+    def kind_resource(kind: str) -> str:
+        if kind not in _KINDS:
+            raise ResourceNotFoundError(f"no entry kind {kind!r}; kinds: {', '.join(_KINDS)}")
+        return render_kind_index(kind)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from mcp.types import ToolAnnotations
 
 from vllm_tune.server.registry import add_model_tool
 from vllm_tune.tools.lint.api import LintInput, LintOutput, lint_config
+from vllm_tune.tools.lint.render import render_lint
 
 # Reads the given text and, unless offline, the model's config from the Hugging Face hub.
 _LINT = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
@@ -32,5 +33,5 @@ def register(mcp: MCPServer[Any]) -> None:
             "vllm_version for the server's release and gpu for hardware-specific checks. Each problem cites "
             "knowledge ids; `not_checked` lists what needs the model's architecture or the GPU."
         ),
-        input_model=LintInput, output_model=LintOutput, run=_run, annotations=_LINT,
+        input_model=LintInput, output_model=LintOutput, run=_run, annotations=_LINT, summarize=render_lint,
     )

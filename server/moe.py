@@ -16,6 +16,7 @@ from mcp.types import ToolAnnotations
 from vllm_tune.server.confirm import user_confirms
 from vllm_tune.server.registry import add_model_tool
 from vllm_tune.tools.moe.api import MoeInput, MoeOutput, local_gpu_names, run_moe
+from vllm_tune.tools.moe.render import render_text
 
 log = logging.getLogger(__name__)
 
@@ -66,5 +67,5 @@ def register(mcp: MCPServer[Any]) -> None:
             "(baseline_results without the config, tuned_results with it), reports the end-to-end difference "
             "against its noise. Cites knowledge ids."
         ),
-        input_model=MoeInput, output_model=MoeOutput, run=_run, annotations=_TUNE_MOE,
+        input_model=MoeInput, output_model=MoeOutput, run=_run, annotations=_TUNE_MOE, summarize=render_text,
     )

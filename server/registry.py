@@ -16,9 +16,10 @@ from typing import Annotated, Any, TypeVar
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, ToolAnnotations
+from mcp.types import CallToolResult, ContentBlock, TextContent, ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
+from vllm_tune.server.summary import summary_text
 from vllm_tune.tools.errors import VllmTuneError
 
 In = TypeVar("In", bound=BaseModel)
@@ -44,18 +45,22 @@ def add_model_tool(
     output_model: type[Out],
     run: Callable[[In, Context], Awaitable[Out | CallToolResult]],
     annotations: ToolAnnotations,
+    summarize: Callable[[Out], str] | None = None,
 ) -> None:
     """Expose `run(input, ctx)` as the MCP tool `name` with flattened, validated arguments.
 
-    `run` may return a CallToolResult instead of the output model, to add content blocks (images); its
-    structured content is still checked against `output_model`."""
+    The result is the output model as structured content plus a readable text summary (what the CLI
+    prints, most important first, cut to a budget) instead of the JSON repeated as text. `run` may return
+    a CallToolResult to add content blocks (images); its structured content is still checked against
+    `output_model`."""
 
     async def wrapper(ctx: Context, **kwargs: Any) -> Any:
         try:
             request = input_model.model_validate(kwargs)
-            return await run(request, ctx)
+            result = await run(request, ctx)
         except (VllmTuneError, ValidationError) as exc:
             raise tool_error(exc) from exc
+        return with_summary(result, output_model, summarize)
 
     params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
     hints: dict[str, Any] = {"ctx": Context, "return": output_model}
@@ -77,3 +82,18 @@ def add_model_tool(
     wrapper.__doc__ = description
     mcp.add_tool(wrapper, name=name, title=title, description=description, annotations=annotations,
                  structured_output=True)
+
+
+def with_summary(result: BaseModel | CallToolResult, output_model: type[Out],
+                 summarize: Callable[[Out], str] | None) -> CallToolResult:
+    """The structured result with a short text block first; extra blocks (images) kept after it."""
+    extra: list[ContentBlock] = []
+    if isinstance(result, CallToolResult):
+        extra = [block for block in result.content if not isinstance(block, TextContent)]
+        model = output_model.model_validate(result.structured_content)
+    else:
+        model = output_model.model_validate(result.model_dump(mode="json")) if not isinstance(
+            result, output_model) else result
+    text = summary_text(model, summarize)
+    return CallToolResult(content=[TextContent(type="text", text=text), *extra],
+                          structured_content=model.model_dump(mode="json"))

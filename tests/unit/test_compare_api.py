@@ -25,6 +25,7 @@ from vllm_tune.tools.bench.records import RequestRecord
 from vllm_tune.tools.bench.store import ResultStore, RunStatus
 from vllm_tune.tools.compare.api import CompareInput, CompareOutput, compare_runs
 from vllm_tune.tools.compare.load import load_run
+from vllm_tune.tools.compare.render import render_text
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.kb import load_knowledge
 
@@ -403,3 +404,30 @@ def test_faster_first_token_but_slower_decode_is_mixed(tmp_path: Path, capsys: p
     assert main(["compare", *cap]) == 0
     text = capsys.readouterr().out
     assert "capacity (req/s)" in text and "better*" in text and "vllm-tune-capacity" in text
+
+
+def test_runs_from_different_load_generators_are_not_ranked(tmp_path: Path) -> None:
+    ours = make_result(n=50)
+    theirs = {k: v for k, v in ours.items() if k not in ("client_check", "provenance", "vllm_tune", "server")}
+    for key in [k for k in theirs if k.endswith("_ttft_ms") and not k.startswith("std")]:
+        theirs[key] = ours[key] * 2.4  # a CPU-starved other client would read this
+    out = compare(write(tmp_path, "ours.json", ours), write(tmp_path, "vllm.json", theirs))
+    c = out.comparisons[0]
+    assert out.runs[1].format == "vllm-bench-serve"
+    assert check_ids(out)["client.different"] == "blocking"
+    assert c.overall == "not-comparable" and all(m.verdict == "not-comparable" for m in c.metrics)
+    assert "different load generators" in c.summary
+    text = render_text(out)
+    # The reason comes before the numbers.
+    assert text.index("different load generators") < text.index("ttft mean (ms)")
+
+
+def test_flags_recorded_for_one_run_only_are_unknown_not_different(tmp_path: Path) -> None:
+    a = write(tmp_path, "a.json", make_result(flags={"max-num-seqs": "128", "enable-prefix-caching": "true"}))
+    b = write(tmp_path, "b.json", make_result(flags={"max-num-seqs": "128"}))
+    out = compare(a, b)
+    ids = check_ids(out)
+    assert "server.flags" not in ids  # nothing recorded on both sides differs
+    unknown = next(c for c in out.comparisons[0].checks if c.id == "server.flags-unknown")
+    assert unknown.severity == "info" and "enable-prefix-caching" in unknown.message
+    assert "None" not in render_text(out)

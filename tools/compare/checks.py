@@ -57,7 +57,24 @@ def _mean_len(run: LoadedRun, key: str) -> float | None:
 
 
 def flag_diff(base: dict[str, str], cand: dict[str, str]) -> dict[str, list[str | None]]:
-    return {k: [base.get(k), cand.get(k)] for k in sorted(set(base) | set(cand)) if base.get(k) != cand.get(k)}
+    """Flags recorded for both runs with different values. A flag recorded for one run only is unknown for the
+    other (vllm bench serve's file records none), not a difference."""
+    return {k: [base[k], cand[k]] for k in sorted(set(base) & set(cand)) if base[k] != cand[k]}
+
+
+_CLIENT_NAMES = {"vllm-tune-benchmark": "vllm-tune", "vllm-tune-capacity": "vllm-tune",
+                 "vllm-bench-serve": "vllm bench serve"}
+
+
+def _client(base: LoadedRun, cand: LoadedRun) -> list[Check]:
+    """Two load generators time, schedule and pace requests differently, and each can be starved of CPU in its
+    own way: a difference between their runs may be the clients', so their numbers are not ranked."""
+    a, b = _CLIENT_NAMES.get(base.format, base.format), _CLIENT_NAMES.get(cand.format, cand.format)
+    if a == b:
+        return []
+    return [Check(id="client.different", severity="blocking", baseline=a, candidate=b, knowledge_ids=[AB, NOISY],
+                  message=f"measured by different load generators ({a} vs {b}): client timing, pacing and CPU "
+                          "starvation differ, so a gap may be the clients'; rerun both with the same client")]
 
 
 def _changes(base: LoadedRun, cand: LoadedRun) -> list[Check]:
@@ -79,7 +96,13 @@ def _changes(base: LoadedRun, cand: LoadedRun) -> list[Check]:
         out.append(Check(id="server.version", severity="info", baseline=bv, candidate=cv, knowledge_ids=[AB],
                          message="the server version is not recorded for every run, so an upgrade cannot be ruled "
                                  "in or out"))
-    diff = flag_diff(_flags(base), _flags(cand))
+    bf, cf = _flags(base), _flags(cand)
+    diff = flag_diff(bf, cf)
+    one_sided = sorted(set(bf) ^ set(cf))
+    if one_sided:
+        out.append(Check(id="server.flags-unknown", severity="info", knowledge_ids=[AB],
+                         message=f"{len(one_sided)} serve flag(s) recorded for one run only, so not compared: "
+                                 + ", ".join(one_sided[:6]) + (" ..." if len(one_sided) > 6 else "")))
     if diff:
         changed.append("serve flags")
         shown = ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in list(diff.items())[:8])
@@ -203,5 +226,5 @@ def compare_checks(base: LoadedRun, cand: LoadedRun) -> list[Check]:
                               "capacity search with another capacity search (capacity and knee)")]
     if base.format == "vllm-tune-capacity":
         return capacity_checks(base, cand)
-    return [*_workload(base, cand), *_load(base, cand), *_changes(base, cand), *_health(base, "baseline"),
-            *_health(cand, "candidate")]
+    return [*_client(base, cand), *_workload(base, cand), *_load(base, cand), *_changes(base, cand),
+            *_health(base, "baseline"), *_health(cand, "candidate")]

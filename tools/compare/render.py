@@ -27,8 +27,20 @@ def _row(m: MetricComparison) -> str:
             f"{interval:>20}  {verdict}")
 
 
+def _checks(c: CandidateComparison) -> list[str]:
+    lines = ["  checks:"]
+    for chk in sorted(c.checks, key=lambda x: ("blocking", "caution", "info").index(x.severity)):
+        cite = f" [{', '.join(chk.knowledge_ids)}]" if chk.knowledge_ids else ""
+        lines.append(f"    {_MARK[chk.severity]} {chk.message}{cite}")
+    return lines
+
+
 def _candidate(c: CandidateComparison, confidence_label: str) -> list[str]:
     lines = [c.summary]
+    # Runs that are not comparable say why before any number, so no one reads the table as a ranking.
+    blocked = any(chk.severity == "blocking" for chk in c.checks)
+    if blocked:
+        lines += _checks(c)
     if c.metrics:
         lines.append(f"  {'metric':<34} {'baseline':>11} {'candidate':>11} {'delta':>10} {'delta%':>8} "
                      f"{confidence_label:>20}  verdict")
@@ -39,11 +51,8 @@ def _candidate(c: CandidateComparison, confidence_label: str) -> list[str]:
         lines += [f"  note: {n}" for n in notes if n]
     if c.resamples:
         lines.append(f"  bootstrap: {c.resamples} resamples per metric")
-    if c.checks:
-        lines.append("  checks:")
-        for chk in sorted(c.checks, key=lambda x: ("blocking", "caution", "info").index(x.severity)):
-            cite = f" [{', '.join(chk.knowledge_ids)}]" if chk.knowledge_ids else ""
-            lines.append(f"    {_MARK[chk.severity]} {chk.message}{cite}")
+    if c.checks and not blocked:
+        lines += _checks(c)
     if c.server:
         lines.append(f"  server window (/metrics): {'baseline':>22} {'candidate':>11} {'delta':>10}")
         for s in c.server:

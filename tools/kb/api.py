@@ -79,3 +79,33 @@ def render_entry_markdown(entry: Entry) -> str:
     if entry.related:
         lines += ["", "Related: " + ", ".join(f"kb://entries/{r}" for r in entry.related)]
     return "\n".join(lines) + "\n"
+
+
+# Kinds an assistant reads first when it triages or tunes; the index lists them entry by entry.
+_INDEX_IN_FULL: tuple[EntryKind, ...] = ("triage", "lever")
+
+
+def _index_line(entry: Entry) -> str:
+    return f"- `{entry.id}`: {entry.title}"
+
+
+def render_index() -> str:
+    """The knowledge base at a glance, within a small context budget: counts per kind with the URI that
+    lists each kind, and the triage rules and levers in full (id and title)."""
+    kb = load_knowledge()
+    counts: dict[str, int] = {}
+    for entry in kb:
+        counts[entry.kind] = counts.get(entry.kind, 0) + 1
+    lines = [f"# vllm-tune knowledge base: {len(kb)} entries",
+             "Read an entry: kb://entries/{id} (or get_knowledge_entry); search: search_knowledge.", "",
+             "## Kinds"]
+    lines += [f"- {kind} ({n}): kb://index/{kind}" for kind, n in sorted(counts.items())]
+    for kind in _INDEX_IN_FULL:
+        lines += ["", f"## {kind}"]
+        lines += [_index_line(e) for e in kb if e.kind == kind]
+    return "\n".join(lines) + "\n"
+
+
+def render_kind_index(kind: EntryKind) -> str:
+    entries = [e for e in load_knowledge() if e.kind == kind]
+    return "\n".join([f"# {kind} entries ({len(entries)})", *(_index_line(e) for e in entries)]) + "\n"
