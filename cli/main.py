@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from vllm_tune.tools import surface
+
+    surface.use("cli")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:

@@ -38,6 +38,9 @@ class VllmTuneServer(MCPServer[Any]):
 def build_server() -> MCPServer[Any]:
     from importlib.metadata import version
 
+    from vllm_tune.tools import surface
+
+    surface.use("mcp")
     mcp: MCPServer[Any] = VllmTuneServer(name="vllm-tune", title="vllm-tune", instructions=INSTRUCTIONS,
                                     version=version("vllm-tune"), log_level="WARNING")
     knowledge.register(mcp)

@@ -34,6 +34,7 @@ from vllm_tune.tools.bench.store import ResultStore, RunStatus, StatusWriter, ne
 from vllm_tune.tools.errors import BadInputError, TargetError
 from vllm_tune.tools.net.http import SecretRedactor, api_key
 from vllm_tune.tools.net.targets import TargetPolicy
+from vllm_tune.tools.surface import say
 
 MAX_REQUESTS = 10_000
 MAX_DURATION_S = 1_800.0
@@ -192,7 +193,8 @@ def check_target(req: RunBenchmarkInput, policy: TargetPolicy | None = None) -> 
     base = pol.check(req.url)
     if not pol.is_loopback(base) and not req.confirm:
         raise BadInputError(f"{base} is not a loopback address: sending benchmark load to it needs explicit "
-                            "confirmation (MCP: confirm=true; CLI: --yes)")
+                            + say(mcp="confirmation (confirm=true, only after the user agreed)",
+                                  cli="confirmation (--yes)"))
     return base
 
 
@@ -536,7 +538,7 @@ def load_results(ref: RunRef) -> BenchmarkResultsOutput:
     status = benchmark_status(ref)
     if status.state == "running":
         raise BadInputError(f"benchmark run {ref.run_id} is still running ({status.done}/{status.total} done); "
-                            "poll benchmark_status")
+                            + say(mcp="poll benchmark_status", cli="wait for it to finish"))
     result = benchmark_results(ref)
     omitted: list[str] = []
     if not getattr(ref, "detail", True):

@@ -14,14 +14,17 @@ from vllm_tune.tools.moe.shape import ResolvedShape
 from vllm_tune.tools.moe.tuner import ProgressFn, tune
 from vllm_tune.tools.moe.verify import compare_ab, lookup_like_vllm, lookup_with_real_vllm
 from vllm_tune.tools.moe.writer import write_config
+from vllm_tune.tools.surface import say
 
 
 def _refusal(req: MoeInput, shape: ResolvedShape) -> str | None:
     if not req.confirm:
-        return ("mode=tune occupies the GPU for up to the budget and writes a config file; confirm it "
-                "(confirm=true, CLI --yes) to run")
+        return say(mcp="mode=tune occupies the GPU for up to the budget and writes a config file; confirm it "
+                       "(confirm=true, only after the user agreed) to run",
+                   cli="tuning occupies the GPU for up to the budget and writes a config file; confirm with --yes")
     if req.budget_minutes is None:
-        return "mode=tune needs a time budget (budget_minutes, CLI --budget MIN)"
+        return say(mcp="mode=tune needs a time budget (budget_minutes)",
+                   cli="tuning needs a time budget (--budget MIN)")
     if req.backend != "triton":
         return None
     names = local_gpu_names()

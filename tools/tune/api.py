@@ -26,6 +26,7 @@ from vllm_tune.tools.errors import BadInputError, TargetError
 from vllm_tune.tools.lint.api import LintInput, lint_config
 from vllm_tune.tools.lint.flags import load_table, pick_version
 from vllm_tune.tools.net.http import SECRET_ENVS
+from vllm_tune.tools.surface import say
 from vllm_tune.tools.tune import servers
 from vllm_tune.tools.tune import session as store
 from vllm_tune.tools.tune.models import (
@@ -101,15 +102,22 @@ def _advance(state: TuneState) -> None:
     if pending:
         t = pending[0]
         state.state = "needs-measurement"
-        state.next_step = (f"measure trial {t.id}: either tune_run_trial (starts vLLM here with its command, "
-                           f"measures, stops it) or restart your server with `{t.command}`, call run_benchmark "
-                           "with the session workload (see the trial notes) and then tune_record with its run id")
+        state.next_step = say(
+            mcp=f"measure trial {t.id}: either tune_run_trial (starts vLLM here with its command, measures, stops "
+                f"it) or restart your server with `{t.command}`, call run_benchmark with the session workload (see "
+                "the trial notes) and then tune_record with its run id",
+            cli=f"measure trial {t.id}: either `vllm-tune tune run {state.session_id} --yes` (starts vLLM here, "
+                f"measures, stops it) or restart your server with `{t.command}`, run `vllm-tune bench` with the "
+                f"session workload (see the trial notes), then `vllm-tune tune record {state.session_id} {t.id} "
+                "--run RUN_ID`")
     elif len(measured) >= state.max_trials:
         state.state = "done"
-        state.next_step = "the trial budget is spent: read the report (tune_report)"
+        state.next_step = say(mcp="the trial budget is spent: read the report (tune_report)",
+                              cli=f"the trial budget is spent: `vllm-tune tune report {state.session_id}`")
     else:
         state.state = "ready-for-next"
-        state.next_step = "call tune_next for the next trial"
+        state.next_step = say(mcp="call tune_next for the next trial",
+                              cli=f"`vllm-tune tune next {state.session_id}` for the next trial")
 
 
 def _load(session_id: str, save_result: str | None, *, stop_leftover: bool = True) -> TuneState:
@@ -317,8 +325,12 @@ def _is_baseline(state: TuneState, trial: Trial) -> bool:
 def _kept_proposed(state: TuneState, trial: Trial, note: str, why: str) -> TuneState:
     trial.notes.append(note)
     _advance(state)
-    state.next_step = (f"trial {trial.id} was not measured ({why}; see its last note): fix the cause and run it "
-                       "again (tune_run_trial, or `vllm-tune tune run`), or record it as failed (tune_record)")
+    state.next_step = say(
+        mcp=f"trial {trial.id} was not measured ({why}; see its last note): fix the cause and run it again "
+            "(tune_run_trial), or record it as failed (tune_record)",
+        cli=f"trial {trial.id} was not measured ({why}; see its last note): fix the cause and run it again "
+            f"(`vllm-tune tune run {state.session_id} --yes`), or record it as failed (`vllm-tune tune record "
+            f"{state.session_id} {trial.id} --failed WHY`)")
     store.save(state)
     return state
 
@@ -357,7 +369,8 @@ def _proposed_trial(state: TuneState, wanted: int | None) -> Trial:
     except KeyError:
         trial = None
     if trial is None or trial.status != "proposed":
-        raise BadInputError("no proposed trial to run; call tune_next first")
+        raise BadInputError(say(mcp="no proposed trial to run; call tune_next first",
+                                cli="no proposed trial to run; `vllm-tune tune next SESSION` first"))
     return trial
 
 
@@ -369,8 +382,9 @@ def tune_run_trial(req: RunTrialInput, *, cancel: threading.Event | None = None,
     found) and a baseline that did not start or could not be measured: the next call runs it again. `vllm_cmd`
     (CLI only, never from MCP) says what stands for `vllm`; see launcher.vllm_command."""
     if not req.confirm:
-        raise BadInputError("tune_run_trial starts vLLM on this machine and loads it: it needs confirm=true, "
-                            "given only after the user agreed")
+        raise BadInputError(say(mcp="tune_run_trial starts vLLM on this machine and loads it: it needs "
+                                    "confirm=true, given only after the user agreed",
+                                cli="this starts vLLM on this machine and loads it: confirm with --yes"))
     state = _load(req.session_id, req.save_result)
     servers.refuse_if_running(state)
     trial = _proposed_trial(state, req.trial)
