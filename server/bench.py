@@ -135,16 +135,10 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="run_benchmark", title="Load-test a vLLM endpoint (SLO goodput, capacity search)",
         description=(
-            "Send real load to a vLLM OpenAI endpoint and measure it the way `vllm bench serve` does: TTFT, "
-            "TPOT (first token excluded), pooled ITL and E2EL in ms with mean/median/std/percentiles, throughput "
-            "and SLO goodput, with the same result field names. Use it to answer 'what rate can this deployment "
-            "sustain with p99 TTFT under X?' (search_capacity=true with slo={'ttft': X}) or to measure one load "
-            "point (concurrency=N for a closed loop, or rate=R req/s Poisson/gamma). The result also says whether "
-            "the client kept its schedule (client_check) and what the server's /metrics showed in the same window "
-            "(queue, running, KV usage, preemptions, server-side TTFT). It SENDS LOAD: only to allowed targets, "
-            "and a non-loopback target needs confirm=true, which you must only set after the user agreed. Long "
-            "runs: background=true returns a run_id at once; poll benchmark_status, then benchmark_results. "
-            "plot=true (capacity searches) also returns the latency-throughput and goodput plots as images."
+            "Send real load to a vLLM endpoint and measure it as `vllm bench serve` does (same result fields): TTFT, "
+            "TPOT, ITL, E2EL, throughput, SLO goodput; search_capacity=true finds the highest load meeting slo. "
+            "Also reports client health and the server's /metrics over the same window. SENDS LOAD: allowed targets "
+            "only; off loopback needs confirm=true after the user agreed. background=true returns a run_id."
         ),
         input_model=RunBenchmarkInput, output_model=RunBenchmarkOutput, run=_run, annotations=_SENDS_LOAD,
         summarize=render_summary,

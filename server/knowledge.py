@@ -43,11 +43,9 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="search_knowledge", title="Search the vLLM tuning knowledge base",
         description=(
-            "Search vllm-tune's cited knowledge base of vLLM performance facts: levers (flags and env vars "
-            "with rules of thumb), triage rules, pitfalls, metrics, per-version defaults, parallelism and "
-            "MoE rules, recipes and benchmarking method. Use it before recommending a flag or explaining a "
-            "metric, and cite the returned ids. Returns ranked hits with id, title, evidence level and a "
-            "kb://entries/{id} URI; read the entry with get_knowledge_entry for sources and version ranges."
+            "Search the cited knowledge base of vLLM performance facts (levers, triage rules, pitfalls, metrics, "
+            "flags, defaults, recipes). Use it before recommending a flag or explaining a metric, and cite the ids; "
+            "read an entry with get_knowledge_entry."
         ),
         input_model=KnowledgeSearchInput, output_model=KnowledgeSearchOutput, run=_search,
         annotations=_READ_ONLY_LOCAL, summarize=_search_summary,
@@ -59,9 +57,8 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="get_knowledge_entry", title="Read one knowledge entry",
         description=(
-            "Return one knowledge entry in full: statement, vLLM versions it holds for, signals and "
-            "thresholds (triage rules), concrete actions, evidence level and sources. Use the ids that "
-            "search_knowledge or another vllm-tune tool cited."
+            "One knowledge entry in full: statement, vLLM versions it holds for, signals and thresholds, actions, "
+            "evidence level and sources."
         ),
         input_model=KnowledgeEntryInput, output_model=Entry, run=_get, annotations=_READ_ONLY_LOCAL,
         summarize=render_entry_markdown,

@@ -55,17 +55,10 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="tune_moe", title="Find, tune and verify fused-MoE kernel configs",
         description=(
-            "For an MoE model served by vLLM on a given GPU and layout (tp, dp, ep, dtype), compute the exact "
-            "tuned-config file name vLLM looks for (E=..,N=..,device_name=..[,dtype=..][,block_shape=..].json), "
-            "check whether VLLM_TUNED_CONFIG_FOLDER or the vLLM release ships it (status tuned/shipped/missing), list "
-            "the nearest existing configs, and read a server log (log_text/log_file) for the 'Using default MoE "
-            "config' warning. mode=check and mode=plan are read-only; plan adds the search size, a time estimate and "
-            "the exact command to run on a GPU machine. mode=tune runs a tuning job on this machine's GPUs: it needs "
-            "confirm=true (set it only after the user agreed) and budget_minutes, occupies the GPUs for up to that "
-            "budget and writes the config file; without a matching GPU it returns the plan and says why. "
-            "mode=verify loads the written file through vLLM's lookup rules and, given benchmark result files "
-            "(baseline_results without the config, tuned_results with it), reports the end-to-end difference "
-            "against its noise. Cites knowledge ids."
+            "Fused-MoE kernel configs for a model on a GPU and layout: the exact file name vLLM looks for, whether it "
+            "is tuned, shipped or missing, the nearest existing ones, and the 'Using default MoE config' log lines. "
+            "mode=check/plan are read-only; mode=tune runs the GPU for budget_minutes and writes the file (needs "
+            "confirm=true after the user agreed); mode=verify checks vLLM loads it and compares A/B result files."
         ),
         input_model=MoeInput, output_model=MoeOutput, run=_run, annotations=_TUNE_MOE, summarize=render_text,
     )
