@@ -7,6 +7,7 @@ accept is collected as a FlagProblem, and reading carries on so that one typo do
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +16,12 @@ from typing import Any
 import yaml
 
 from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.files import read_text
 from vllm_tune.tools.lint.flags import FlagTable, Resolved, bundled_versions, load_table
 
 _MAX_CONFIG_BYTES = 1024 * 1024
+# What a key of a vLLM config YAML can look like; anything else is not echoed back.
+_OPTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")
 # Ways a serving process is started; the serve arguments follow the marker.
 _ENTRYPOINT_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 
@@ -222,13 +226,23 @@ def read_config_yaml(text: str, table: FlagTable, cfg: ServeConfig, where: str) 
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise BadInputError(f"{where} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        # The problem and its line, never the snippet PyYAML quotes: the file may be anything.
+        problem = getattr(exc, "problem", None) or "cannot be parsed"
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise BadInputError(f"{where} is not valid YAML ({problem}{at})") from None
+    except RecursionError:
+        raise BadInputError(f"{where} is nested too deeply to be a vLLM config") from None
     if data is None:
         return
     if not isinstance(data, dict):
         raise BadInputError(f"{where} must be a YAML mapping of option names to values")
+    odd = 0
     for key, value in data.items():
-        name = "--" + str(key).replace("_", "-")
+        if not isinstance(key, str) or not _OPTION_NAME.fullmatch(key):
+            odd += 1  # counted, not quoted: a file that is not a vLLM config may hold anything (a password hash)
+            continue
+        name = "--" + key.replace("_", "-")
         if name == "--model" and cfg.model is None:
             cfg.model = str(value)
         res = table.resolve(name)
@@ -245,6 +259,10 @@ def read_config_yaml(text: str, table: FlagTable, cfg: ServeConfig, where: str) 
         else:
             _check_choice(cfg, res, value)
         _record(cfg, res, value, "config file")
+    if odd:
+        cfg.problems.append(FlagProblem("(config keys)", "unknown",
+                                        f"{odd} key(s) in {where} are not option names at all (not shown); is it a "
+                                        "vLLM config file?", severity="critical"))
 
 
 def read_serve_config(*, command: str | None, config_yaml: str | None, config_file: str | None,
@@ -257,18 +275,14 @@ def read_serve_config(*, command: str | None, config_yaml: str | None, config_fi
     if config_yaml:
         read_config_yaml(config_yaml, table, cfg, "the config YAML")
     elif path:
-        file = Path(path).expanduser()
         try:
-            if file.stat().st_size > _MAX_CONFIG_BYTES:
-                raise BadInputError(f"{file} is too large to be a vLLM config file")
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
+            text = read_text(path, limit=_MAX_CONFIG_BYTES, what="config file")
+        except BadInputError as exc:
             if config_file:
-                raise BadInputError(f"cannot read {file}: {exc.strerror or exc}") from None
-            cfg.notes.append(f"--config {path} could not be read here ({exc.strerror or exc}); its settings were "
-                             "not checked")
+                raise
+            cfg.notes.append(f"--config {path} could not be read here ({exc}); its settings were not checked")
         else:
-            read_config_yaml(text, table, cfg, str(file))
+            read_config_yaml(text, table, cfg, path)
     cfg.env.update(env)
     if not command and not config_yaml and not path and not env:
         raise BadInputError("nothing to check: give a vllm serve command line, a config YAML or environment variables")

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.files import read_text
 from vllm_tune.tools.moe.coverage import check_coverage, find_package_configs_dir, installed_vllm_version
 from vllm_tune.tools.moe.logs import read_moe_log
 from vllm_tune.tools.moe.naming import down_file_supported
@@ -163,13 +163,7 @@ def _read_log(req: MoeInput) -> str | None:
         return req.log_text
     if not req.log_file:
         return None
-    path = Path(req.log_file).expanduser()
-    try:
-        if path.stat().st_size > _MAX_LOG_BYTES:
-            raise BadInputError(f"log file {path} is larger than {_MAX_LOG_BYTES >> 20} MiB; pass the start-up part")
-        return path.read_text(errors="replace")
-    except OSError as exc:
-        raise BadInputError(f"cannot read log file {path}: {exc.strerror or exc}") from exc
+    return read_text(req.log_file, limit=_MAX_LOG_BYTES, what="log file", errors="replace")
 
 
 def _log_report(text: str, expected: str) -> LogReport:
