@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,7 @@ class LoadedRun:
 def _int(value: Any) -> int:
     try:
         return int(value or 0)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # Infinity and NaN are numbers in JSON text, not counts
         return 0
 
 
@@ -127,9 +128,11 @@ def _floats(value: Any) -> list[float] | None:
     if not isinstance(value, list):
         return None
     try:
-        return [float(v) for v in value]
-    except (TypeError, ValueError):
+        out = [float(v) for v in value]
+    except (TypeError, ValueError, OverflowError):
         return None
+    # Infinity or NaN (Python's json reads both) make every statistic meaningless.
+    return out if all(math.isfinite(v) for v in out) else None
 
 
 def _success_mask(data: dict[str, Any], n: int) -> list[bool] | None:

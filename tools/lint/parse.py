@@ -7,6 +7,7 @@ accept is collected as a FlagProblem, and reading carries on so that one typo do
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import yaml
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.files import read_text
 from vllm_tune.tools.lint.flags import FlagTable, Resolved, bundled_versions, load_table
+from vllm_tune.tools.lint.values import problem as value_problem
 
 _MAX_CONFIG_BYTES = 1024 * 1024
 # What a key of a vLLM config YAML can look like; anything else is not echoed back.
@@ -165,11 +167,36 @@ def _unknown(cfg: ServeConfig, token: str, table: FlagTable, source: str) -> Non
                                     suggestion=hint, severity="critical"))
 
 
-def _check_choice(cfg: ServeConfig, res: Resolved, value: Any) -> None:
+def _check_choice(cfg: ServeConfig, res: Resolved, value: Any) -> bool:
+    """False (and a problem recorded) when vLLM would refuse the value: not a choice, not convertible to the
+    option's type (`text` is what vLLM's parser sees), or outside the bounds of its config field."""
     choices = res.option.choices
     if choices and res.how != "dotted" and str(value) not in choices:
         cfg.problems.append(FlagProblem(res.canonical, "bad-choice",
-                                        f"{value!r} is not one of {', '.join(choices)}", severity="critical"))
+                                        f"{_shown_value(value)} is not one of {', '.join(choices)}",
+                                        severity="critical"))
+        return False
+    spec = res.option.value
+    if spec is not None and res.how != "dotted":
+        why = value_problem(spec, _argv_text(value))
+        if why is not None:
+            cfg.problems.append(FlagProblem(res.canonical, "bad-value", f"{_shown_value(value)} {why}; vllm serve "
+                                            "would refuse to start", severity="critical"))
+            return False
+    return True
+
+
+def _argv_text(value: Any) -> str:
+    """The text vLLM's parser sees for a value: the token itself, or what vLLM makes of a config YAML value
+    (a mapping becomes JSON, anything else str())."""
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def _shown_value(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def read_arguments(args: list[str], table: FlagTable, cfg: ServeConfig) -> None:
@@ -196,7 +223,7 @@ def read_arguments(args: list[str], table: FlagTable, cfg: ServeConfig) -> None:
         elif res.option.takes_value:
             if "=" in tok:
                 value = tok.split("=", 1)[1]
-            elif i < len(args):
+            elif i < len(args) and not _looks_like_option(args[i]):
                 value = args[i]
                 i += 1
             else:
@@ -210,8 +237,17 @@ def read_arguments(args: list[str], table: FlagTable, cfg: ServeConfig) -> None:
             cfg.config_file = str(value)
         if res.canonical == "--model":
             cfg.model = str(value)
-        _check_choice(cfg, res, value)
-        _record(cfg, res, value, "command line")
+        if _check_choice(cfg, res, value):
+            _record(cfg, res, value, "command line")
+
+
+# argparse reads a token that starts with '-' as an option, not a value, unless it looks like a negative number
+# (vLLM's parser has no option spelled like one) or holds a space.
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def _looks_like_option(tok: str) -> bool:
+    return tok.startswith("-") and tok != "-" and not _NEGATIVE_NUMBER.match(tok) and " " not in tok
 
 
 def _is_number(tok: str) -> bool:
@@ -251,13 +287,21 @@ def read_config_yaml(text: str, table: FlagTable, cfg: ServeConfig, where: str) 
             continue
         if not res.option.takes_value:
             if not isinstance(value, bool):
-                cfg.problems.append(FlagProblem(name, "bad-choice", f"a switch; give true or false, not {value!r}",
+                cfg.problems.append(FlagProblem(name, "bad-choice",
+                                                f"a switch; give true or false, not {_shown_value(value)}",
                                                 severity="critical"))
                 continue
             stored = res.option.sets.get(res.canonical, True) if res.option.sets else True
             value = stored if value else (not stored)
-        else:
-            _check_choice(cfg, res, value)
+        elif isinstance(value, bool):
+            # vLLM turns `key: true` into a bare --key, which an option that takes a value refuses, and drops
+            # `key: false`.
+            if value:
+                cfg.problems.append(FlagProblem(name, "missing-value", "takes a value, not true",
+                                                severity="critical"))
+            continue
+        elif not isinstance(value, list) and not _check_choice(cfg, res, value):
+            continue
         _record(cfg, res, value, "config file")
     if odd:
         cfg.problems.append(FlagProblem("(config keys)", "unknown",
