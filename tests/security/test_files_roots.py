@@ -205,3 +205,21 @@ def test_cli_lint_on_dev_zero_exits_2_at_once(capsys: pytest.CaptureFixture[str]
     box = _within(20, lambda: main(["lint", "--config", "/dev/zero", "--offline"]))
     assert box.get("value") == 2, box
     assert "not a regular file" in capsys.readouterr().err
+
+
+async def test_tune_moe_folders_outside_the_roots_are_refused(roots: Path) -> None:
+    for arg in ("tuned_folder", "output_dir"):
+        result = await _call("tune_moe", {"model": "deepseek-r1", "gpu": "H200", "tp": 8, "mode": "check",
+                                          arg: str(roots / "outside")})
+        assert result.is_error and "not under the allowed file roots" in _text(result), _text(result)
+
+
+async def test_benchmark_results_under_a_results_folder_outside_the_roots(roots: Path) -> None:
+    run = roots / "outside" / "20261204-010203-abcdef"
+    run.mkdir()
+    (run / "status.json").write_text('{"run_id": "20261204-010203-abcdef", "state": "completed"}')
+    (run / "result.json").write_text('{"secret": 1}')
+    for tool in ("benchmark_status", "benchmark_results"):
+        result = await _call(tool, {"run_id": run.name, "save_result": str(roots / "outside")})
+        assert result.is_error and "not under the allowed file roots" in _text(result), _text(result)
+        assert "secret" not in _text(result)

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from vllm_tune.tools.files import read_text
+from vllm_tune.tools.files import allowed, read_text
 from vllm_tune.tools.moe.coverage import check_coverage, find_package_configs_dir, installed_vllm_version
 from vllm_tune.tools.moe.logs import read_moe_log
 from vllm_tune.tools.moe.naming import down_file_supported
@@ -225,6 +225,10 @@ def local_gpu_names() -> list[str]:
 def run_moe(req: MoeInput, *, progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> MoeOutput:
     from vllm_tune.tools.moe import actions
 
+    # Folders named by the caller obey the file roots over MCP (the env's VLLM_TUNED_CONFIG_FOLDER is the operator's).
+    for folder, what in ((req.tuned_folder, "tuned folder"), (req.output_dir, "output folder")):
+        if folder:
+            allowed(folder, what)
     shape = resolve_shape(model=req.model, gpu=req.gpu, tp=req.tp, dp=req.dp, ep=req.ep, dtype=req.dtype,
                           offline=req.offline)
     key = shape.key
