@@ -70,8 +70,9 @@ def test_p99_ttft_infinity_is_not_comparable_never_within_noise(tmp_path: Path) 
 
 
 def test_provenance_workload_that_is_not_a_mapping(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = _result(tmp_path, "a.json", provenance={"workload": ["x"], "load": "fast", "model": "tiny-llama"})
-    cand = _result(tmp_path, "b.json", provenance={"workload": 3, "load": [1], "model": "tiny-llama"})
+    # strings, so that `"kind" in workload` holds on both sides and the old code indexed them
+    base = _result(tmp_path, "a.json", provenance={"workload": "kind=random", "load": "arrival", "model": "m"})
+    cand = _result(tmp_path, "b.json", provenance={"workload": "kind=sharegpt", "load": "arrival", "model": "m"})
     code, _ = _cli(["compare", str(base), str(cand)], capsys)
     assert code in (0, 2)
 
