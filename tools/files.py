@@ -56,7 +56,7 @@ def roots_from_env() -> FileRoots:
     from vllm_tune.tools.bench.store import results_dir
 
     return FileRoots((_real(Path.cwd()), _real(results_dir())),
-                     "the default (working directory and results directory; set VLLM_TUNE_FILE_ROOTS to change)")
+                     "the working directory and the results directory by default; VLLM_TUNE_FILE_ROOTS changes them")
 
 
 def roots_from_uris(uris: Sequence[str]) -> FileRoots | None:

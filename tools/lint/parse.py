@@ -168,8 +168,8 @@ def _unknown(cfg: ServeConfig, token: str, table: FlagTable, source: str) -> Non
 
 
 def _check_choice(cfg: ServeConfig, res: Resolved, value: Any) -> bool:
-    """False (and a problem recorded) when vLLM would refuse the value: not a choice, not convertible to the
-    option's type (`text` is what vLLM's parser sees), or outside the bounds of its config field."""
+    """False (and a problem recorded) when vLLM would refuse the value: not a choice, not convertible by the
+    option's converter (fed what vLLM's parser sees, _argv_text), or outside the bounds of its config field."""
     choices = res.option.choices
     if choices and res.how != "dotted" and str(value) not in choices:
         cfg.problems.append(FlagProblem(res.canonical, "bad-choice",
