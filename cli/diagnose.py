@@ -41,16 +41,10 @@ def register(sub: Any) -> None:
 
 
 def _read(path: str, what: str) -> str:
-    from vllm_tune.tools.errors import BadInputError
+    from vllm_tune.tools.files import read_text
 
-    file = Path(path)
-    try:
-        size = file.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise BadInputError(f"{what} {path} is {size // 1_048_576} MiB; refusing more than 64 MiB")
-        return file.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise BadInputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    # Capped while reading: st_size is 0 for /dev/zero and /proc files, and a FIFO is refused, not waited on.
+    return read_text(path, limit=MAX_FILE_BYTES, what=what, errors="replace")
 
 
 def _input(args: argparse.Namespace) -> Any:

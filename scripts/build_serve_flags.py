@@ -25,7 +25,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-OUT_DIR = Path(__file__).resolve().parent.parent / "knowledge" / "serve_flags"
+ROOT = Path(__file__).resolve().parent.parent
+OUT_DIR = ROOT / "knowledge" / "serve_flags"
+# Texts that tell vLLM's value converters apart (numbers, suffixes, auto, None, JSON, junk).
+SAMPLES = ("5", "-5", "0", "+3", " 7 ", "5_0", "0x10", "-1", "2.5", "1e3", "1e999", "nan", "inf", "1k", "1K",
+           "2.5k", "2.5K", "3M", "auto", "AUTO", "None", "", "abc", "true", "{}", "[1]", '{"a": 1}', "{x}")
 # make_arg_parser moved between releases; the first that imports wins.
 PARSER_MODULES = ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launchers.cli_args",
                   "vllm.entrypoints.openai.cli_args")
@@ -57,9 +61,82 @@ def _plain(value: Any) -> Any:
     return text if len(text) <= 200 else None
 
 
+def _values_module() -> Any:
+    """tools/lint/values.py, by path: the lint's own converters, which must agree with vLLM's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lint_values", ROOT / "tools" / "lint" / "values.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _outcome(fn: Any, text: str) -> str:
+    try:
+        return "ok " + repr(fn(text))
+    except Exception:  # argparse turns any converter failure into "invalid value"
+        return "refused"
+
+
+def _value_kind(action: Any, values: Any) -> dict[str, Any] | None:
+    """The lint's kind of value whose conversion matches this option's converter on every sample, or None."""
+    fn = action.type if action.type is not None else str
+    real = [_outcome(fn, s) for s in SAMPLES]
+    for kind in values.KINDS:
+        for nullable in (False, True):
+            if [_outcome(lambda t, k=kind, n=nullable: values.convert(k, n, t), s) for s in SAMPLES] == real:
+                return {"type": kind, "nullable": nullable}
+    return None
+
+
+def _config_field(action: Any, groups: dict[str, str]) -> Any:
+    """The pydantic field of the vLLM config class the option's value lands in (its argument group), or None."""
+    import vllm.config as config  # type: ignore[import-not-found]
+
+    cls = getattr(config, groups.get(action.dest, ""), None)
+    return getattr(cls, "__pydantic_fields__", {}).get(action.dest) if cls is not None else None
+
+
+def _bounds(field: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in getattr(field, "metadata", []) or []:
+        for key in ("ge", "gt", "le", "lt"):
+            bound = getattr(item, key, None)
+            if isinstance(bound, int | float) and not isinstance(bound, bool):
+                out[key] = bound
+    return out
+
+
+def _groups(parser: Any) -> dict[str, str]:
+    return {a.dest: g.title for g in parser._action_groups for a in g._group_actions if g.title}
+
+
+def _refused_by_config(parser: Any, namespace: Any) -> bool:
+    """Whether a value the parser took is one vLLM's config classes refuse (pydantic bounds), as creating the
+    engine config would; only numbers that differ from the parser's default are checked."""
+    from typing import Annotated
+
+    import pydantic
+
+    groups = _groups(parser)
+    for action in parser._actions:
+        value = getattr(namespace, action.dest, None)
+        if isinstance(value, bool) or not isinstance(value, int | float) or repr(value) == repr(action.default):
+            continue
+        field = _config_field(action, groups)
+        if field is None or not _bounds(field):
+            continue
+        try:
+            pydantic.TypeAdapter(Annotated[field.annotation, field]).validate_python(value)
+        except pydantic.ValidationError:
+            return True
+    return False
+
+
 def _parse(parser: Any, args: list[str]) -> dict[str, Any] | None:
     """What vLLM's parser makes of this argument list (attribute -> value), or None when it refuses it
-    (argparse exits with status 2)."""
+    (argparse exits with status 2) or its config classes would refuse a value it took."""
     import contextlib
     import io
 
@@ -67,6 +144,8 @@ def _parse(parser: Any, args: list[str]) -> dict[str, Any] | None:
         with contextlib.redirect_stderr(io.StringIO()):
             namespace = parser.parse_args(args)
     except SystemExit:
+        return None
+    if _refused_by_config(parser, namespace):
         return None
     return {k: _plain(v) for k, v in vars(namespace).items()}
 
@@ -96,6 +175,8 @@ def main() -> int:
         print(json.dumps([_parse(parser, args) for args in json.loads(cli.attempts.read_text())]))
         return 0
     options = []
+    values = _values_module()
+    groups = _groups(parser)
     for action in parser._actions:
         if not action.option_strings or action.dest == "help":
             continue
@@ -110,6 +191,13 @@ def main() -> int:
             "choices": [str(c) for c in action.choices] if action.choices else None,
             "default": _plain(action.default),
         }
+        if action.nargs is None and not action.choices:
+            # How a single value is converted, and the bounds its config field puts on it.
+            kind = _value_kind(action, values)
+            if kind is not None:
+                field = _config_field(action, groups)
+                bounds = _bounds(field) if field is not None else {}
+                entry["value"] = {**kind, **({"range": bounds} if bounds else {})}
         if action.nargs == 0:
             # What each spelling of a switch stores (--enable-x / --no-enable-x / --disable-x), read by parsing it.
             entry["sets"] = {s: _plain(getattr(parser.parse_known_args([s])[0], action.dest, None))

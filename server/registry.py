@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import copy
 import inspect
+import logging
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
+import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, ContentBlock, TextContent, ToolAnnotations
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.types import CallToolResult, ClientCapabilities, ContentBlock, RootsCapability, TextContent, ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
 from vllm_tune.server.summary import summary_text
 from vllm_tune.tools.errors import VllmTuneError
+from vllm_tune.tools.files import FileRoots, confined, roots_from_env, roots_from_uris
+
+log = logging.getLogger(__name__)
+_ROOTS_TIMEOUT_S = 5.0
 
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out", bound=BaseModel)
@@ -33,6 +41,34 @@ def tool_error(exc: Exception) -> ToolError:
         where = ".".join(str(p) for p in first["loc"]) or "input"
         return ToolError(f"bad input: {where}: {first['msg']}")
     return ToolError(str(exc))
+
+
+def unexpected_error(exc: BaseException) -> ToolError:
+    """A failure we did not foresee still gets a reason the caller can act on (the SDK would send only
+    'Error executing tool X'). Only the kind of failure and, for a file system error, its reason and path: an
+    arbitrary exception's text may quote the input it choked on (a line of a file, say)."""
+    if isinstance(exc, MemoryError):
+        return ToolError("out of memory: the input, or what it led to, is too large")
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return ToolError(f"{exc.strerror}{where}")
+    return ToolError(f"internal error ({type(exc).__name__}); the server log has the details")
+
+
+async def file_roots(ctx: Context) -> FileRoots:
+    """The folders this call may read under: the client's MCP roots when it offers them, else the operator's."""
+    try:
+        session = ctx.session
+        if session.check_client_capability(ClientCapabilities(roots=RootsCapability())):
+            with warnings.catch_warnings(), anyio.fail_after(_ROOTS_TIMEOUT_S):
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                listed = await session.list_roots()
+            found = roots_from_uris([str(r.uri) for r in listed.roots])
+            if found is not None:
+                return found
+    except Exception as exc:  # a client that declares roots but cannot list them falls back to the env policy
+        log.info("MCP roots unavailable: %s", exc)
+    return roots_from_env()
 
 
 def add_model_tool(
@@ -57,9 +93,15 @@ def add_model_tool(
     async def wrapper(ctx: Context, **kwargs: Any) -> Any:
         try:
             request = input_model.model_validate(kwargs)
-            result = await run(request, ctx)
+            with confined(await file_roots(ctx)):
+                result = await run(request, ctx)
         except (VllmTuneError, ValidationError) as exc:
             raise tool_error(exc) from exc
+        except (ToolError, MCPError):
+            raise
+        except Exception as exc:
+            log.exception("tool %s failed unexpectedly", name)
+            raise unexpected_error(exc) from exc
         return with_summary(result, output_model, summarize)
 
     params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]

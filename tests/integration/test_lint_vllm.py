@@ -14,7 +14,7 @@ from vllm_tune.tools.lint.api import LintInput, lint_config
 
 pytestmark = pytest.mark.integration
 
-REFUSED = {"unknown", "other-release", "missing-value", "bad-choice"}
+REFUSED = {"unknown", "other-release", "missing-value", "bad-choice", "bad-value"}
 ATTEMPTS = [
     ["--max-num-seqs", "8", "--gpu-memory-utilization", "0.85"],
     ["--max_num_seqs", "8"],
@@ -36,6 +36,38 @@ ATTEMPTS = [
     ["--compilation-config.mode", "3"],
     ["--enable-expert-parallel", "--port"],
     ["--port=8001", "--host", "0.0.0.0"],
+    # values: the parser's type conversion, then the bounds of the config field the value lands in
+    ["--tensor-parallel-size", "abc"],
+    ["--gpu-memory-utilization", "nan"],
+    ["--gpu-memory-utilization", "inf"],
+    ["--gpu-memory-utilization", "1.5"],
+    ["--gpu-memory-utilization", "0.5"],
+    ["--max-num-seqs", "-5"],
+    ["--max-num-seqs", "0"],
+    ["--max-num-seqs", "true"],
+    ["--max-num-seqs", "--port", "8001"],
+    ["-tp", "0"],
+    ["-dp", "0"],
+    ["--max-model-len", "1e999"],
+    ["--max-model-len", "32k"],
+    ["--max-model-len", "auto"],
+    ["--max-model-len", "-2"],
+    ["--max-num-batched-tokens", "2.5"],
+    ["--max-num-batched-tokens", "8K"],
+    ["--port", "abc"],
+    ["--seed", "-1"],
+]
+# Config YAML files, read by the parser through --config exactly as `vllm serve --config` does.
+YAML_ATTEMPTS = [
+    "tensor-parallel-size: {a: 1}\n",
+    "max-num-seqs: true\n",
+    "max-num-seqs: false\n",
+    "max-model-len: 1e999\n",
+    "tensor-parallel-size: .5\n",
+    "tensor-parallel-size: 2\nmax-num-seqs: 16\n",
+    "gpu-memory-utilization: .nan\n",
+    "max-model-len: 4k\n",
+    "enforce-eager: true\n",
 ]
 
 
@@ -55,3 +87,18 @@ def test_lint_refuses_what_the_parser_refuses(tmp_path: Path) -> None:
                                     offline=True))
         refused = [p for p in out.option_problems if p.problem in REFUSED]
         assert (not refused) == ok, (args, ok, [(p.option, p.problem) for p in out.option_problems])
+
+
+def test_lint_refuses_the_config_files_the_parser_refuses(tmp_path: Path) -> None:
+    files = []
+    for n, text in enumerate(YAML_ATTEMPTS):
+        path = tmp_path / f"c{n}.yaml"
+        path.write_text(text)
+        files.append(path)
+    accepted = [p is not None for p in parse([["--config", str(f)] for f in files], tmp_path)]
+    assert any(accepted) and not all(accepted)
+    for path, text, ok in zip(files, YAML_ATTEMPTS, accepted, strict=True):
+        out = lint_config(LintInput(command="vllm serve org/m", config_file=str(path), vllm_version="0.32.0",
+                                    offline=True))
+        refused = [p for p in out.option_problems if p.problem in REFUSED]
+        assert (not refused) == ok, (text, ok, [(p.option, p.problem) for p in out.option_problems])

@@ -14,7 +14,7 @@ from vllm_tune.tools.lint.flags import load_table
 from vllm_tune.tools.parallel import PlanInput, recommend_parallelism
 
 TARGET = "0.34.0"
-REFUSED = {"unknown", "other-release", "missing-value", "bad-choice"}
+REFUSED = {"unknown", "other-release", "missing-value", "bad-choice", "bad-value"}
 
 
 def _removed_by(removed_in: str | None, version: str = TARGET) -> bool:

@@ -222,3 +222,53 @@ async def test_mcp_tool_is_read_only_and_cites_entries() -> None:
         assert {"pitfall.unknown-serve-option", "pitfall.enforce-eager-in-production"} <= set(data["knowledge_ids"])
         bad = await client.call_tool("lint_config", {})
         assert bad.is_error and "give a command line" in str(bad.content)
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    ("--tensor-parallel-size abc", "--tensor-parallel-size"),
+    ("--gpu-memory-utilization nan", "--gpu-memory-utilization"),
+    ("--gpu-memory-utilization 1.5", "--gpu-memory-utilization"),
+    ("--max-num-seqs -5", "--max-num-seqs"),
+    ("--max-model-len 1e999", "--max-model-len"),
+    ("-tp 0", "-tp"),
+    ("-dp 0", "-dp"),
+])
+def test_values_vllm_refuses_are_critical(args: str, option: str) -> None:
+    out = lint(f"vllm serve deepseek-r1 {args}")
+    assert problems(out).get(option) == "bad-value", out.option_problems
+    assert out.verdict.startswith("will not start")
+
+
+@pytest.mark.parametrize("args", ["--max-model-len 32k", "--max-model-len auto", "--max-num-batched-tokens 8K",
+                                  "--gpu-memory-utilization 0.9", "--seed 7", "-tp 2"])
+def test_values_vllm_takes_pass(args: str) -> None:
+    out = lint(f"vllm serve org/m {args}")
+    assert not [p for p in out.option_problems if p.problem == "bad-value"], out.option_problems
+
+
+@pytest.mark.parametrize(("yaml_text", "problem"), [
+    ("tensor-parallel-size: {a: 1}\n", "bad-value"),
+    ("max-num-seqs: true\n", "missing-value"),
+    ("max-model-len: 1e999\n", "bad-value"),
+    ("tensor-parallel-size: .5\n", "bad-value"),
+])
+def test_config_values_vllm_refuses(yaml_text: str, problem: str) -> None:
+    out = lint_config(LintInput(command="vllm serve deepseek-r1", config_yaml=yaml_text, vllm_version="0.34.0",
+                                offline=True))
+    assert problem in {p.problem for p in out.option_problems}, out.option_problems
+
+
+def test_an_option_as_the_value_is_a_missing_value() -> None:
+    out = lint("vllm serve org/m --max-num-seqs --port 8001")
+    assert problems(out)["--max-num-seqs"] == "missing-value"
+    assert out.settings.get("port") == "8001"
+
+
+@pytest.mark.parametrize("bad", ["tensor-parallel-size: 0", "data-parallel-size: 0", "tensor-parallel-size: .5",
+                                 "pipeline-parallel-size: -1"])
+def test_zero_or_fractional_sizes_with_a_catalog_model_do_not_crash(bad: str) -> None:
+    # The catalog model's head count is divided by TP: a bad size must be a problem, never a ZeroDivisionError.
+    out = lint_config(LintInput(command="vllm serve deepseek-r1 --enable-expert-parallel", config_yaml=bad + "\n",
+                                offline=True))
+    assert out.model_facts is not None
+    assert "bad-value" in {p.problem for p in out.option_problems}

@@ -32,6 +32,7 @@ from vllm_tune.tools.bench.runner import LoadPlan, Progress, check_schedule, cho
 from vllm_tune.tools.bench.server_watch import ServerWatch, attach_diagnosis
 from vllm_tune.tools.bench.store import ResultStore, RunStatus, StatusWriter, new_run_id, results_dir
 from vllm_tune.tools.errors import BadInputError, TargetError
+from vllm_tune.tools.files import regular_file
 from vllm_tune.tools.net.http import SecretRedactor, api_key
 from vllm_tune.tools.net.targets import TargetPolicy
 from vllm_tune.tools.surface import say
@@ -188,7 +189,12 @@ class CancelOutput(BaseModel):
 
 
 def check_target(req: RunBenchmarkInput, policy: TargetPolicy | None = None) -> str:
-    """Allowed by policy, and explicitly confirmed when the target is not loopback."""
+    """Allowed by policy, explicitly confirmed when the target is not loopback, and file arguments that can be
+    read (so a bad path is refused before any load is sent)."""
+    if req.trace:
+        regular_file(req.trace, "trace")
+    if req.dataset:
+        regular_file(req.dataset, "dataset")
     pol = policy or TargetPolicy.from_env()
     base = pol.check(req.url)
     if not pol.is_loopback(base) and not req.confirm:

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Literal
 
 from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.files import read_text
+
+MAX_TRACE_BYTES = 256 * 1024 * 1024
 
 ArrivalKind = Literal["poisson", "constant", "gamma"]
 
@@ -72,10 +75,7 @@ def read_trace(path: str | Path, *, time_scale: float = 1.0) -> list[TraceEntry]
     """JSONL trace: one object per line with `timestamp` (ms, Mooncake style) or `offset_s`, optional
     `input_length`/`input_len` and `output_length`/`output_len`. Offsets are rebased to the first entry."""
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise BadInputError(f"cannot read trace {p}: {exc.strerror}") from None
+    lines = read_text(p, limit=MAX_TRACE_BYTES, what="trace").splitlines()
     entries: list[TraceEntry] = []
     for no, line in enumerate(lines, 1):
         if not line.strip():

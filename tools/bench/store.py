@@ -20,9 +20,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.files import allowed, read_text
 
 DEFAULT_RESULTS_DIR = "./vllm-tune-results"
 ENV_RESULTS_DIR = "VLLM_TUNE_RESULTS_DIR"
+MAX_STATUS_BYTES = 1024 * 1024
+MAX_RESULT_BYTES = 256 * 1024 * 1024
 _RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
 
 RunState = Literal["running", "completed", "cancelled", "failed", "lost"]
@@ -78,10 +81,10 @@ class ResultStore:
 
     def read_status(self, run_id: str) -> RunStatus:
         path = self.run_dir(run_id) / "status.json"
-        try:
-            status = RunStatus.model_validate_json(path.read_text(encoding="utf-8"))
-        except OSError:
-            raise BadInputError(f"no benchmark run {run_id} under {self.root}") from None
+        allowed(path.parent, "run folder")  # over MCP the results folder is a caller's argument
+        if not path.is_file():
+            raise BadInputError(f"no benchmark run {run_id} under {self.root}")
+        status = RunStatus.model_validate_json(read_text(path, limit=MAX_STATUS_BYTES, what="run status"))
         if status.state == "running" and not _alive(status.pid):
             status.state = "lost"
             status.message = "the process running this benchmark exited before it finished"
@@ -94,10 +97,15 @@ class ResultStore:
 
     def read_result(self, run_id: str, name: str = "result.json") -> dict[str, Any]:
         path = self.run_dir(run_id) / name
+        allowed(path.parent, "run folder")
+        if not path.is_file():
+            raise BadInputError(f"benchmark run {run_id} has no results yet")
         try:
-            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        except OSError:
-            raise BadInputError(f"benchmark run {run_id} has no results yet") from None
+            data = json.loads(read_text(path, limit=MAX_RESULT_BYTES, what="result"))
+        except (ValueError, RecursionError):
+            raise BadInputError(f"the result of benchmark run {run_id} is not valid JSON") from None
+        if not isinstance(data, dict):
+            raise BadInputError(f"the result of benchmark run {run_id} is not a JSON object")
         return data
 
 

@@ -19,6 +19,10 @@ from typing import Any, Literal
 import httpx
 
 from vllm_tune.tools.errors import BadInputError, TargetError
+from vllm_tune.tools.files import read_text
+
+# The ShareGPT V3 file is about 650 MB; anything far above a dataset that size is not one.
+MAX_DATASET_BYTES = 1024 * 1024 * 1024
 
 Prompt = str | list[dict[str, str]]
 DatasetKind = Literal["random", "shared-prefix", "sharegpt", "jsonl"]
@@ -169,10 +173,11 @@ def _approximate(rng: random.Random, words: list[str], n: int, input_lens: list[
 
 
 def _load_json(path: Path) -> Any:
+    text = read_text(path, limit=MAX_DATASET_BYTES, what="dataset")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInputError(f"cannot read dataset {path}: {exc.strerror}") from None
+        return json.loads(text)
+    except RecursionError:
+        raise BadInputError(f"dataset {path} is nested too deeply") from None
     except ValueError as exc:
         raise BadInputError(f"dataset {path} is not valid JSON: {exc}") from None
 
@@ -198,10 +203,7 @@ def read_sharegpt(path: str | Path) -> list[tuple[str, str]]:
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Custom JSONL: {"prompt": str} or {"messages": [...]}, optional "output_len"/"max_tokens"."""
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise BadInputError(f"cannot read dataset {p}: {exc.strerror}") from None
+    lines = read_text(p, limit=MAX_DATASET_BYTES, what="dataset").splitlines()
     rows: list[dict[str, Any]] = []
     for no, line in enumerate(lines, 1):
         if not line.strip():

@@ -53,9 +53,14 @@ METHOD = (
 
 
 def _num(value: Any) -> float | None:
+    """A finite number, or None: NaN and Infinity (which Python's json reads) cannot be compared."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return None if math.isnan(float(value)) else float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _series(run: LoadedRun, metric: str) -> list[float] | None:
@@ -102,7 +107,8 @@ def _latency_rows(base: LoadedRun, cand: LoadedRun, metric: str, req: CompareInp
             missing = "baseline" if a is None else "candidate"
             rows.append(MetricComparison(metric=metric, statistic=s, key=key, unit="ms", better_when="lower",
                                          baseline=a, candidate=b, delta=None, delta_pct=None, basis="none",
-                                         verdict="not-comparable", note=f"{key} is missing in the {missing}"))
+                                         verdict="not-comparable",
+                                         note=f"{key} is missing or not a finite number in the {missing}"))
             continue
         interval = intervals.get(s)
         verdict, basis = judge(a, b, "lower", interval=interval, noise_pct=req.noise_threshold_pct,
@@ -135,7 +141,7 @@ def _rate_row(base: LoadedRun, cand: LoadedRun, metric: str, req: CompareInput,
         why = " (no SLO was given)" if metric == "request_goodput" else ""
         return MetricComparison(metric=metric, statistic="value", key=metric, unit=unit, better_when="higher",
                                 baseline=a, candidate=b, delta=None, delta_pct=None, basis="none",
-                                verdict="not-comparable", note=f"missing in {missing}{why}")
+                                verdict="not-comparable", note=f"missing or not a finite number in {missing}{why}")
     note: str | None = None
     if metric == "request_goodput" and base.data.get("slo_ms") != cand.data.get("slo_ms"):
         return MetricComparison(metric=metric, statistic="value", key=metric, unit=unit, better_when="higher",

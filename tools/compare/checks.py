@@ -34,6 +34,12 @@ def _same_number(a: Any, b: Any, rel: float = 0.01) -> bool:
     return str(a) == str(b)
 
 
+def _block(run: LoadedRun, key: str) -> dict[str, Any]:
+    """A provenance block; a file where it is not a mapping has none."""
+    value = run.provenance.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _model(run: LoadedRun) -> str | None:
     value = run.provenance.get("model") or run.data.get("model_id")
     return str(value) if value else None
@@ -139,7 +145,7 @@ def _workload(base: LoadedRun, cand: LoadedRun) -> list[Check]:
                              candidate=round(b, 1), knowledge_ids=[WORKLOAD, TOK_VS_REQ, AB],
                              message=f"different {what} length: {a:.1f} vs {b:.1f} tokens per request; latencies "
                                      "and tokens/s move with length, so the runs measured different work"))
-    bw, cw = base.provenance.get("workload") or {}, cand.provenance.get("workload") or {}
+    bw, cw = _block(base, "workload"), _block(cand, "workload")
     for key in ("kind", "path", "input_len", "output_len", "prefix_len", "num_prefixes", "ignore_eos"):
         if key in bw and key in cw and bw[key] != cw[key]:
             if key in ("input_len", "output_len") and any(c.id == f"workload.{key}" for c in out):
@@ -160,7 +166,7 @@ def _load(base: LoadedRun, cand: LoadedRun) -> list[Check]:
         if key in base.data and key in cand.data and not _same_number(a, b):
             out.append(Check(id=f"load.{key}", severity="blocking", baseline=a, candidate=b, knowledge_ids=[AB],
                              message=f"different {what}: {a} vs {b}; latency depends on the offered load"))
-    bl, cl = base.provenance.get("load") or {}, cand.provenance.get("load") or {}
+    bl, cl = _block(base, "load"), _block(cand, "load")
     for key in ("arrival", "concurrency", "duration_s"):
         if key in bl and key in cl and bl[key] != cl[key] and not any(c.id.startswith("load.") for c in out):
             out.append(Check(id=f"load.{key}", severity="blocking", baseline=bl[key], candidate=cl[key],
@@ -179,7 +185,9 @@ def _health(run: LoadedRun, role: str) -> list[Check]:
     check = run.data.get("client_check")
     if isinstance(check, dict):
         if check.get("client_limited"):
-            reasons = "; ".join(str(r) for r in check.get("reasons") or []) or "flagged by the run"
+            listed = check.get("reasons")
+            reasons = "; ".join(str(r) for r in listed if r) if isinstance(listed, list) else ""
+            reasons = reasons or "flagged by the run"
             out.append(Check(id=f"client.limited.{role}", severity="blocking", knowledge_ids=[CLIENT_LIMITED],
                              message=f"the {role} run was limited by its client, not the server: {reasons}"))
         if check.get("stop_reason") == "cancelled":

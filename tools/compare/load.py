@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, Literal
 
 from vllm_tune.tools.bench.store import ResultStore, results_dir
 from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.files import allowed, is_allowed, read_bytes
 
 RunFormat = Literal["vllm-tune-benchmark", "vllm-tune-capacity", "vllm-bench-serve"]
 
@@ -54,7 +56,7 @@ class LoadedRun:
 def _int(value: Any) -> int:
     try:
         return int(value or 0)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # Infinity and NaN are numbers in JSON text, not counts
         return 0
 
 
@@ -63,17 +65,22 @@ def resolve(ref: str, results: str | None = None) -> Path:
     text = ref.strip()
     if not text:
         raise BadInputError("empty run reference; give a result JSON, a run folder or a run id")
-    path = Path(text).expanduser()
-    if path.is_file():
-        return path
-    if path.is_dir():
-        inner = path / "result.json"
-        if inner.is_file():
-            return inner
-        raise BadInputError(f"{text}: folder has no result.json (is the run still going, or did it fail?)")
+    # Over MCP a path outside the allowed roots is refused before it is probed, so the answer says nothing
+    # about whether it exists. A bare run id is looked up under the results folder instead.
+    bare_id = _RUN_ID.match(text) is not None
+    if not bare_id or is_allowed(text):
+        path = allowed(text, "run reference")
+        if path.is_file():
+            return path
+        if path.is_dir():
+            inner = path / "result.json"
+            if inner.is_file():
+                return inner
+            raise BadInputError(f"{text}: folder has no result.json (is the run still going, or did it fail?)")
     if _RUN_ID.match(text):
         store = ResultStore(results_dir(results))
         inner = store.run_dir(text) / "result.json"
+        allowed(inner.parent, "run folder")
         if inner.is_file():
             return inner
         if inner.parent.is_dir():
@@ -86,14 +93,11 @@ def resolve(ref: str, results: str | None = None) -> Path:
 
 
 def _read_json(path: Path, ref: str) -> dict[str, Any]:
+    raw = read_bytes(path, limit=MAX_FILE_BYTES, what="benchmark result")
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise BadInputError(f"{ref}: {size / 1e6:.0f} MB is too large to be a benchmark result")
-        with path.open("rb") as fh:
-            data = json.loads(fh.read())
-    except OSError as exc:
-        raise BadInputError(f"{ref}: cannot read: {exc.strerror or exc}") from None
+        data = json.loads(raw)
+    except RecursionError:
+        raise BadInputError(f"{ref}: JSON nested too deeply to be a benchmark result") from None
     except (ValueError, UnicodeDecodeError):
         raise BadInputError(f"{ref}: not valid JSON, so not a benchmark result") from None
     if not isinstance(data, dict):
@@ -124,9 +128,11 @@ def _floats(value: Any) -> list[float] | None:
     if not isinstance(value, list):
         return None
     try:
-        return [float(v) for v in value]
-    except (TypeError, ValueError):
+        out = [float(v) for v in value]
+    except (TypeError, ValueError, OverflowError):
         return None
+    # Infinity or NaN (Python's json reads both) make every statistic meaningless.
+    return out if all(math.isfinite(v) for v in out) else None
 
 
 def _success_mask(data: dict[str, Any], n: int) -> list[bool] | None:

@@ -155,7 +155,11 @@ class _Builder:
             if hb is None:
                 hb = hists[base][ident] = _HistBuilder()
             if part == "_bucket":
-                le = float(s.labels.get("le", "+Inf"))
+                try:
+                    le = float(s.labels.get("le", "+Inf"))
+                except ValueError:
+                    raise BadInputError(f"{self.snap.source}: a {base}_bucket sample whose le label is not a "
+                                        "number") from None
                 hb.buckets[le] = hb.buckets.get(le, 0.0) + s.value
             elif part == "_sum":
                 hb.sum += s.value

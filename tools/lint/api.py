@@ -30,6 +30,7 @@ KB_ABBREVIATION = "pitfall.serve-option-abbreviation"
 KB_SWITCH_SPELLING = "change.serve-switches-enable-disable"
 KB_UNKNOWN_ENV = "pitfall.unknown-vllm-env"
 _PROBLEM_KB = {"unknown": KB_UNKNOWN_OPTION, "other-release": KB_UNKNOWN_OPTION, "bad-choice": KB_UNKNOWN_OPTION,
+               "bad-value": KB_UNKNOWN_OPTION,
                "missing-value": KB_UNKNOWN_OPTION, "abbreviation": KB_ABBREVIATION,
                "hidden-spelling": KB_SWITCH_SPELLING, "repeated": KB_UNKNOWN_OPTION}
 _RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -58,8 +59,8 @@ class LintInput(BaseModel):
 
 class OptionProblem(BaseModel):
     option: str
-    problem: str = Field(description="unknown | other-release | bad-choice | missing-value | abbreviation | "
-                                     "hidden-spelling | repeated | unknown-env | removed-env")
+    problem: str = Field(description="unknown | other-release | bad-choice | bad-value | missing-value | "
+                                     "abbreviation | hidden-spelling | repeated | unknown-env | removed-env")
     severity: str
     detail: str
     suggestion: str | None = None

@@ -29,6 +29,7 @@ class Option:
     default: Any
     sets: dict[str, Any] | None  # switch spelling -> stored value
     hidden: bool
+    value: dict[str, Any] | None = None  # how a single value is converted and bounded (tools/lint/values.py)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,6 @@ def load_table(version: str) -> FlagTable:
         for spelling in [*item["options"], *item.get("hidden", [])]:
             options[spelling] = Option(dest=item["dest"], takes_value=item["takes_value"], choices=choices,
                                        default=item.get("default"), sets=sets,
-                                       hidden=spelling in item.get("hidden", []))
+                                       hidden=spelling in item.get("hidden", []), value=item.get("value"))
     return FlagTable(data["vllm"], options, f"knowledge/serve_flags/{path.name} ({data['how']})",
                      frozenset(data.get("env_vars", [])), dict(data.get("removed_env_vars", {})))

@@ -7,6 +7,8 @@ accept is collected as a FlagProblem, and reading carries on so that one typo do
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +17,13 @@ from typing import Any
 import yaml
 
 from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.files import read_text
 from vllm_tune.tools.lint.flags import FlagTable, Resolved, bundled_versions, load_table
+from vllm_tune.tools.lint.values import problem as value_problem
 
 _MAX_CONFIG_BYTES = 1024 * 1024
+# What a key of a vLLM config YAML can look like; anything else is not echoed back.
+_OPTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")
 # Ways a serving process is started; the serve arguments follow the marker.
 _ENTRYPOINT_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 
@@ -161,11 +167,36 @@ def _unknown(cfg: ServeConfig, token: str, table: FlagTable, source: str) -> Non
                                     suggestion=hint, severity="critical"))
 
 
-def _check_choice(cfg: ServeConfig, res: Resolved, value: Any) -> None:
+def _check_choice(cfg: ServeConfig, res: Resolved, value: Any) -> bool:
+    """False (and a problem recorded) when vLLM would refuse the value: not a choice, not convertible by the
+    option's converter (fed what vLLM's parser sees, _argv_text), or outside the bounds of its config field."""
     choices = res.option.choices
     if choices and res.how != "dotted" and str(value) not in choices:
         cfg.problems.append(FlagProblem(res.canonical, "bad-choice",
-                                        f"{value!r} is not one of {', '.join(choices)}", severity="critical"))
+                                        f"{_shown_value(value)} is not one of {', '.join(choices)}",
+                                        severity="critical"))
+        return False
+    spec = res.option.value
+    if spec is not None and res.how != "dotted":
+        why = value_problem(spec, _argv_text(value))
+        if why is not None:
+            cfg.problems.append(FlagProblem(res.canonical, "bad-value", f"{_shown_value(value)} {why}; vllm serve "
+                                            "would refuse to start", severity="critical"))
+            return False
+    return True
+
+
+def _argv_text(value: Any) -> str:
+    """The text vLLM's parser sees for a value: the token itself, or what vLLM makes of a config YAML value
+    (a mapping becomes JSON, anything else str())."""
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def _shown_value(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def read_arguments(args: list[str], table: FlagTable, cfg: ServeConfig) -> None:
@@ -192,7 +223,7 @@ def read_arguments(args: list[str], table: FlagTable, cfg: ServeConfig) -> None:
         elif res.option.takes_value:
             if "=" in tok:
                 value = tok.split("=", 1)[1]
-            elif i < len(args):
+            elif i < len(args) and not _looks_like_option(args[i]):
                 value = args[i]
                 i += 1
             else:
@@ -206,8 +237,17 @@ def read_arguments(args: list[str], table: FlagTable, cfg: ServeConfig) -> None:
             cfg.config_file = str(value)
         if res.canonical == "--model":
             cfg.model = str(value)
-        _check_choice(cfg, res, value)
-        _record(cfg, res, value, "command line")
+        if _check_choice(cfg, res, value):
+            _record(cfg, res, value, "command line")
+
+
+# argparse reads a token that starts with '-' as an option, not a value, unless it looks like a negative number
+# (vLLM's parser has no option spelled like one) or holds a space.
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def _looks_like_option(tok: str) -> bool:
+    return tok.startswith("-") and tok != "-" and not _NEGATIVE_NUMBER.match(tok) and " " not in tok
 
 
 def _is_number(tok: str) -> bool:
@@ -222,13 +262,23 @@ def read_config_yaml(text: str, table: FlagTable, cfg: ServeConfig, where: str) 
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise BadInputError(f"{where} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        # The problem and its line, never the snippet PyYAML quotes: the file may be anything.
+        problem = getattr(exc, "problem", None) or "cannot be parsed"
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise BadInputError(f"{where} is not valid YAML ({problem}{at})") from None
+    except RecursionError:
+        raise BadInputError(f"{where} is nested too deeply to be a vLLM config") from None
     if data is None:
         return
     if not isinstance(data, dict):
         raise BadInputError(f"{where} must be a YAML mapping of option names to values")
+    odd = 0
     for key, value in data.items():
-        name = "--" + str(key).replace("_", "-")
+        if not isinstance(key, str) or not _OPTION_NAME.fullmatch(key):
+            odd += 1  # counted, not quoted: a file that is not a vLLM config may hold anything (a password hash)
+            continue
+        name = "--" + key.replace("_", "-")
         if name == "--model" and cfg.model is None:
             cfg.model = str(value)
         res = table.resolve(name)
@@ -237,14 +287,26 @@ def read_config_yaml(text: str, table: FlagTable, cfg: ServeConfig, where: str) 
             continue
         if not res.option.takes_value:
             if not isinstance(value, bool):
-                cfg.problems.append(FlagProblem(name, "bad-choice", f"a switch; give true or false, not {value!r}",
+                cfg.problems.append(FlagProblem(name, "bad-choice",
+                                                f"a switch; give true or false, not {_shown_value(value)}",
                                                 severity="critical"))
                 continue
             stored = res.option.sets.get(res.canonical, True) if res.option.sets else True
             value = stored if value else (not stored)
-        else:
-            _check_choice(cfg, res, value)
+        elif isinstance(value, bool):
+            # vLLM turns `key: true` into a bare --key, which an option that takes a value refuses, and drops
+            # `key: false`.
+            if value:
+                cfg.problems.append(FlagProblem(name, "missing-value", "takes a value, not true",
+                                                severity="critical"))
+            continue
+        elif not isinstance(value, list) and not _check_choice(cfg, res, value):
+            continue
         _record(cfg, res, value, "config file")
+    if odd:
+        cfg.problems.append(FlagProblem("(config keys)", "unknown",
+                                        f"{odd} key(s) in {where} are not option names at all (not shown); is it a "
+                                        "vLLM config file?", severity="critical"))
 
 
 def read_serve_config(*, command: str | None, config_yaml: str | None, config_file: str | None,
@@ -257,18 +319,14 @@ def read_serve_config(*, command: str | None, config_yaml: str | None, config_fi
     if config_yaml:
         read_config_yaml(config_yaml, table, cfg, "the config YAML")
     elif path:
-        file = Path(path).expanduser()
         try:
-            if file.stat().st_size > _MAX_CONFIG_BYTES:
-                raise BadInputError(f"{file} is too large to be a vLLM config file")
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
+            text = read_text(path, limit=_MAX_CONFIG_BYTES, what="config file")
+        except BadInputError as exc:
             if config_file:
-                raise BadInputError(f"cannot read {file}: {exc.strerror or exc}") from None
-            cfg.notes.append(f"--config {path} could not be read here ({exc.strerror or exc}); its settings were "
-                             "not checked")
+                raise
+            cfg.notes.append(f"--config {path} could not be read here ({exc}); its settings were not checked")
         else:
-            read_config_yaml(text, table, cfg, str(file))
+            read_config_yaml(text, table, cfg, path)
     cfg.env.update(env)
     if not command and not config_yaml and not path and not env:
         raise BadInputError("nothing to check: give a vllm serve command line, a config YAML or environment variables")

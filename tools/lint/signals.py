@@ -8,6 +8,7 @@ checked instead of guessed. Booleans are 1/0.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from vllm_tune.tools.diagnose.signals import SignalSet
@@ -68,16 +69,29 @@ def _int(cfg: ServeConfig, dest: str, default: int) -> int:
     value = cfg.get(dest)
     try:
         return int(value) if value is not None else default
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return default
+
+
+def _size(cfg: ServeConfig, dest: str) -> int:
+    """A parallel size: a whole number of at least 1 (vLLM refuses anything else, reported as a bad value), so
+    nothing downstream divides by zero or by a fraction."""
+    value = cfg.get(dest)
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, float) and not value.is_integer():
+        return 1
+    n = _int(cfg, dest, 1)
+    return n if n >= 1 else 1
 
 
 def _float(cfg: ServeConfig, dest: str) -> float | None:
     value = cfg.get(dest)
     try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
+        out = float(value) if value is not None else None
+    except (TypeError, ValueError, OverflowError):
         return None
+    return out if out is None or math.isfinite(out) else None
 
 
 def _bool(value: bool) -> float:
@@ -85,8 +99,8 @@ def _bool(value: bool) -> float:
 
 
 def _parallel(cfg: ServeConfig, out: SignalSet, ctx: Context) -> None:
-    tp, pp, dp = _int(cfg, "tensor_parallel_size", 1), _int(cfg, "pipeline_parallel_size", 1), \
-        _int(cfg, "data_parallel_size", 1)
+    tp, pp, dp = _size(cfg, "tensor_parallel_size"), _size(cfg, "pipeline_parallel_size"), \
+        _size(cfg, "data_parallel_size")
     out.put("tp_size", tp, "--tensor-parallel-size")
     out.put("pp_size", pp, "--pipeline-parallel-size")
     out.put("dp_size", dp, "--data-parallel-size")
@@ -111,11 +125,11 @@ def _parallel(cfg: ServeConfig, out: SignalSet, ctx: Context) -> None:
         if m.moe.activation_density is not None:
             out.put("moe_density_pct", 100.0 * m.moe.activation_density,
                     f"top_k {m.moe.top_k} / {m.moe.num_experts} experts")
-        if ep:
+        if ep and m.moe.num_experts > 0:
             out.put("experts_mod_ep", m.moe.num_experts % (tp * dp), f"{m.moe.num_experts} experts % EP {tp * dp}")
             out.put("ep_over_experts", tp * dp / m.moe.num_experts, f"EP {tp * dp} / {m.moe.num_experts} experts")
     block = m.quant.weight_block_size
-    if block and m.quant.weight_dtype.startswith("fp8"):
+    if block and block[0] > 0 and m.quant.weight_dtype.startswith("fp8"):
         # Expert parallelism keeps each expert whole on its rank; TP shards dense and (without EP) expert MLPs.
         shards = [(m.intermediate_size, tp)] if m.intermediate_size else []
         if m.moe is not None and m.moe.moe_intermediate_size:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.files import is_allowed, read_text
 from vllm_tune.tools.models.catalog import catalog_model
 from vllm_tune.tools.models.config_parse import facts_from_config
 from vllm_tune.tools.models.facts import ModelFacts
@@ -16,12 +17,11 @@ _MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    text = read_text(path, limit=_MAX_CONFIG_BYTES, what="model config")
     try:
-        if path.stat().st_size > _MAX_CONFIG_BYTES:
-            raise BadInputError(f"{path} is too large to be a config.json")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        data = json.loads(text)
+    except RecursionError:
+        raise BadInputError(f"{path} is nested too deeply to be a config.json") from None
     except ValueError as exc:
         raise BadInputError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -59,14 +59,16 @@ def resolve_model(spec: str, *, revision: str | None = None, offline: bool = Fal
     if not spec:
         raise BadInputError("no model given")
     path = Path(spec).expanduser()
-    if path.exists():
+    # Over MCP a local path outside the allowed file roots is never probed (tools/files.py).
+    if is_allowed(path) and path.exists():
         return _local_model(path)
     if revision is None:
         found = catalog_model(spec)
         if found is not None:
             return found
     if spec.startswith(("/", ".", "~")) or spec.endswith(".json"):
-        raise BadInputError(f"{spec} does not exist")
+        raise BadInputError(f"{spec} does not exist" if is_allowed(path) else
+                            f"{spec} is not under the allowed file roots")
     if not looks_like_repo_id(spec):
         raise BadInputError(f"unknown model {spec!r}: not a local path, a catalog name or an owner/name hub id")
     config, index = fetch_hub_files(spec, revision=revision, offline=offline, cache_dir=cache_dir, endpoint=endpoint)

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.files import allowed, read_text
 from vllm_tune.tools.moe.coverage import check_coverage, find_package_configs_dir, installed_vllm_version
 from vllm_tune.tools.moe.logs import read_moe_log
 from vllm_tune.tools.moe.naming import down_file_supported
@@ -163,13 +163,7 @@ def _read_log(req: MoeInput) -> str | None:
         return req.log_text
     if not req.log_file:
         return None
-    path = Path(req.log_file).expanduser()
-    try:
-        if path.stat().st_size > _MAX_LOG_BYTES:
-            raise BadInputError(f"log file {path} is larger than {_MAX_LOG_BYTES >> 20} MiB; pass the start-up part")
-        return path.read_text(errors="replace")
-    except OSError as exc:
-        raise BadInputError(f"cannot read log file {path}: {exc.strerror or exc}") from exc
+    return read_text(req.log_file, limit=_MAX_LOG_BYTES, what="log file", errors="replace")
 
 
 def _log_report(text: str, expected: str) -> LogReport:
@@ -231,6 +225,10 @@ def local_gpu_names() -> list[str]:
 def run_moe(req: MoeInput, *, progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> MoeOutput:
     from vllm_tune.tools.moe import actions
 
+    # Folders named by the caller obey the file roots over MCP (the env's VLLM_TUNED_CONFIG_FOLDER is the operator's).
+    for folder, what in ((req.tuned_folder, "tuned folder"), (req.output_dir, "output folder")):
+        if folder:
+            allowed(folder, what)
     shape = resolve_shape(model=req.model, gpu=req.gpu, tp=req.tp, dp=req.dp, ep=req.ep, dtype=req.dtype,
                           offline=req.offline)
     key = shape.key

@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.files import read_bytes
 from vllm_tune.tools.moe.logs import read_moe_log
 from vllm_tune.tools.moe.naming import ConfigKey
 from vllm_tune.tools.moe.writer import REQUIRED_KEYS
+
+_MAX_RESULT_BYTES = 256 * 1024 * 1024
 
 
 @dataclass
@@ -150,10 +153,11 @@ class AbMetric:
 
 
 def _load(path: str) -> dict[str, Any]:
+    raw = read_bytes(path, limit=_MAX_RESULT_BYTES, what="benchmark result")
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BadInputError(f"cannot read benchmark result {path}: {exc}") from exc
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise BadInputError(f"benchmark result {path} is not valid JSON") from None
     if not isinstance(data, dict) or "output_throughput" not in data:
         raise BadInputError(f"{path} is not a run_benchmark / vllm bench serve result (no output_throughput)")
     return data

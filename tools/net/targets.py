@@ -15,6 +15,8 @@ import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import httpx
+
 from vllm_tune.tools.errors import BadInputError, TargetNotAllowedError
 
 ENV_ALLOWED = "VLLM_TUNE_ALLOWED_TARGETS"
@@ -27,7 +29,12 @@ def normalize_base_url(url: str) -> str:
         raise BadInputError("empty target URL")
     if "://" not in text:
         text = "http://" + text
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        # httpx refuses some hosts urlsplit takes (an octal 0177.0.0.1): refuse them here, as bad input.
+        httpx.URL(text)
+    except (ValueError, httpx.InvalidURL) as exc:
+        raise BadInputError(f"target {url!r} is not a valid URL ({exc})") from None
     if parts.scheme not in ("http", "https"):
         raise BadInputError(f"target {url!r} must be an http(s) URL")
     if not parts.hostname:
