@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -15,6 +16,8 @@ from mcp.types import ToolAnnotations
 
 from vllm_tune.server.confirm import user_confirms
 from vllm_tune.server.registry import add_model_tool
+from vllm_tune.tools.bench.vllm_bench import ENV_PYTHON as ENV_VLLM_PYTHON
+from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.moe.api import MoeInput, MoeOutput, local_gpu_names, run_moe
 from vllm_tune.tools.moe.render import render_text
 
@@ -30,8 +33,19 @@ def _question(request: MoeInput) -> str:
             f"{request.budget_minutes or 0:g} minutes and writes a config file.")
 
 
+def operator_python(request: MoeInput) -> MoeInput:
+    """vllm_python names a program this server runs, so over MCP only the operator's choice is used: the one in
+    VLLM_TUNE_VLLM_PYTHON (also when the caller leaves it unset); any other path is refused."""
+    theirs = os.environ.get(ENV_VLLM_PYTHON) or None
+    if request.vllm_python and request.vllm_python != theirs:
+        raise BadInputError(f"vllm_python runs a program, so over MCP only the operator's {ENV_VLLM_PYTHON} is "
+                            "used; leave vllm_python unset")
+    return request.model_copy(update={"vllm_python": theirs})
+
+
 def register(mcp: MCPServer[Any]) -> None:
     async def _run(request: MoeInput, ctx: Context) -> MoeOutput:
+        request = operator_python(request)
         # Only ask when a job could actually start here; otherwise tune returns the plan and the reason anyway.
         can_run = request.backend != "triton" or bool(await anyio.to_thread.run_sync(local_gpu_names))
         wants = request.mode == "tune" and not request.confirm and request.budget_minutes is not None

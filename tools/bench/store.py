@@ -47,7 +47,13 @@ class RunStatus(BaseModel):
 
 
 def results_dir(explicit: str | None = None) -> Path:
-    return Path(explicit or os.environ.get(ENV_RESULTS_DIR) or DEFAULT_RESULTS_DIR).expanduser()
+    """The results folder: the caller's (held to the file roots over MCP, since runs are written there), else
+    the operator's VLLM_TUNE_RESULTS_DIR, else ./vllm-tune-results."""
+    if explicit:
+        from vllm_tune.tools.files import allowed
+
+        return allowed(Path(explicit).expanduser(), "results folder")
+    return Path(os.environ.get(ENV_RESULTS_DIR) or DEFAULT_RESULTS_DIR).expanduser()
 
 
 def new_run_id() -> str:

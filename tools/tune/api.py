@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from vllm_tune.tools.tune.launcher import LaunchedServer
 
 KB_LOOP = "method.tuning-loop"
-_REFUSED = {"unknown", "other-release", "missing-value", "bad-choice"}
+_REFUSED = {"unknown", "other-release", "missing-value", "bad-choice", "bad-value"}
 
 
 def _goal_key(req: TuneStartInput) -> str:
