@@ -27,6 +27,8 @@ def register(sub: Any) -> None:
     p.add_argument("--vllm-version", help="release to check against (default: newest bundled table)")
     p.add_argument("--model", help="model id or local path when the command does not name it")
     p.add_argument("--gpu", help="GPU type, e.g. H200 or GB200, for hardware-specific pitfalls")
+    p.add_argument("--device", choices=("cuda", "rocm", "cpu", "tpu", "xpu"),
+                   help="target device (default: a GPU; --gpu cpu means cpu)")
     p.add_argument("--nodes", type=int, help="nodes the deployment spans")
     p.add_argument("--offline", action="store_true", help="never read the model's config from the hub")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
@@ -43,7 +45,8 @@ def _lint(args: argparse.Namespace) -> int:
         raise BadInputError("give the command either after -- or with --command, not both")
     command = args.command_line or (shlex.join(argv) if argv else None)
     out = lint_config(LintInput(command=command, config_file=args.config_file, env=parse_env_items(args.env),
-                                vllm_version=args.vllm_version, model=args.model, gpu=args.gpu, nodes=args.nodes,
+                                vllm_version=args.vllm_version, model=args.model, gpu=args.gpu, device=args.device,
+                                nodes=args.nodes,
                                 offline=args.offline))
     if args.json:
         print_json(out)

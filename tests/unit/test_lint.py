@@ -272,3 +272,14 @@ def test_zero_or_fractional_sizes_with_a_catalog_model_do_not_crash(bad: str) ->
                                 offline=True))
     assert out.model_facts is not None
     assert "bad-value" in {p.problem for p in out.option_problems}
+
+
+def test_the_cuda_graph_pitfall_is_not_raised_for_a_cpu_target() -> None:
+    command = "vllm serve org/m --enforce-eager"
+    on_gpu = lint_config(LintInput(command=command, offline=True))
+    assert "pitfall.enforce-eager-in-production" in {f.id for f in on_gpu.findings}
+    for cpu in (LintInput(command=command, device="cpu", offline=True),
+                LintInput(command=command, gpu="cpu", offline=True)):
+        out = lint_config(cpu)
+        assert "pitfall.enforce-eager-in-production" not in {f.id for f in out.findings}
+        assert "pitfall.enforce-eager-in-production" not in {n.id for n in out.not_checked}

@@ -11,6 +11,8 @@ Two kinds of checks, both citing the knowledge base:
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, model_validator
 
 from vllm_tune.tools.diagnose.engine import condition_holds, evaluate
@@ -36,6 +38,10 @@ _PROBLEM_KB = {"unknown": KB_UNKNOWN_OPTION, "other-release": KB_UNKNOWN_OPTION,
 _RANK = {"critical": 0, "warning": 1, "info": 2}
 
 
+# What vLLM runs on; CUDA-graph and GPU-memory pitfalls do not apply to the CPU backend.
+Device = Literal["cuda", "rocm", "cpu", "tpu", "xpu"]
+
+
 class LintInput(BaseModel):
     command: str | None = Field(default=None, description="a `vllm serve ...` command line (env assignments in "
                                 "front, `python -m vllm.entrypoints.openai.api_server` and `docker run ... "
@@ -47,6 +53,7 @@ class LintInput(BaseModel):
                                      "bundled table)")
     model: str | None = Field(default=None, description="model id or local path when the command does not name it")
     gpu: str | None = Field(default=None, description="GPU name, e.g. H200 or GB200, for hardware-specific pitfalls")
+    device: Device | None = Field(default=None, description="target device (default: a GPU, or cpu when gpu is cpu)")
     nodes: int | None = Field(default=None, ge=1, le=4096, description="nodes the deployment spans")
     offline: bool = Field(default=False, description="never read the model's config from the Hugging Face hub")
 
@@ -157,7 +164,9 @@ def lint_config(req: LintInput) -> LintOutput:
     notes = [n for n in (version_note, *cfg.notes) if n]
     model_name = req.model or cfg.model
     facts = _model_facts(model_name, req.offline, notes)
-    signals = config_signals(cfg, Context(model=facts, gpu=req.gpu, nodes=req.nodes))
+    device = req.device or ("cpu" if (req.gpu or "").strip().lower() == "cpu" else None)
+    gpu = None if device == "cpu" else req.gpu
+    signals = config_signals(cfg, Context(model=facts, gpu=gpu, nodes=req.nodes, device=device))
     target = req.vllm_version or version
     findings, _ = evaluate(kb, signals, version=target, kinds=("pitfall",))
     fired = {f.id for f in findings}

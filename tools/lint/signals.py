@@ -39,6 +39,7 @@ LINT_SIGNAL_DOCS: dict[str, str] = {
     "chunked_prefill_disabled": "1 when chunked prefill is switched off",
     "batched_tokens_over_max_model_len": "--max-num-batched-tokens / max model length (both must be known)",
     "enforce_eager": "1 when --enforce-eager is on",
+    "device_cpu": "1 when the target device is cpu (--device cpu or --gpu cpu); 0 when a GPU or not given",
     "async_scheduling_disabled": "1 when async scheduling is switched off explicitly",
     "hybrid_kv_manager_disabled": "1 when --disable-hybrid-kv-cache-manager is on",
     "trust_remote_code": "1 when --trust-remote-code is on",
@@ -59,6 +60,7 @@ class Context:
     model: ModelFacts | None
     gpu: str | None
     nodes: int | None
+    device: str | None = None
 
 
 def _flag(cfg: ServeConfig, dest: str) -> bool:
@@ -161,6 +163,8 @@ def _runtime(cfg: ServeConfig, out: SignalSet, ctx: Context) -> None:
     if mbt is not None and mml:
         out.put("batched_tokens_over_max_model_len", mbt / mml, f"--max-num-batched-tokens / {how}")
     out.put("enforce_eager", _bool(_flag(cfg, "enforce_eager")), "--enforce-eager")
+    # Unknown means a GPU: that is what vLLM serves on in production and what the pitfalls were written for.
+    out.put("device_cpu", _bool(ctx.device == "cpu"), f"device {ctx.device}" if ctx.device else "no device given")
     asyn = cfg.get("async_scheduling")
     out.put("async_scheduling_disabled", _bool(asyn is False or str(asyn).lower() == "false"), "--async-scheduling")
     out.put("hybrid_kv_manager_disabled", _bool(_flag(cfg, "disable_hybrid_kv_cache_manager")),
