@@ -88,7 +88,8 @@ def register(sub: Any) -> None:
     p.add_argument("--metric-percentiles", "--percentiles", dest="metric_percentiles", type=str, default="99",
                    help="comma-separated percentiles to report, e.g. 50,90,99 (mean, median and std always)")
     p.add_argument("--search-capacity", action="store_true", help="find the highest load meeting the SLO")
-    p.add_argument("--search-variable", choices=("rate", "concurrency"), default="rate")
+    p.add_argument("--search-variable", choices=("rate", "concurrency"), default="rate",
+                   help="what the capacity search raises")
     p.add_argument("--search-max", type=float, help="upper bound of the capacity search")
     p.add_argument("--search-prompts", type=int, default=100, help="requests per search step")
     p.add_argument("--save-result", action="store_true",

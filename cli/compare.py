@@ -17,13 +17,13 @@ def register(sub: Any) -> None:
     p.add_argument("--percentiles", help="percentiles to compare, e.g. 50,99 (default: those in both runs)")
     p.add_argument("--metrics", help="comma list, e.g. ttft,e2el,output_throughput (default: all)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--confidence", type=float, default=0.95, help="level of the bootstrap intervals")
     p.add_argument("--noise-threshold", type=float, default=5.0, metavar="PCT",
                    help="relative change called noise when runs lack per-request data (default 5)")
     p.add_argument("--min-effect", type=float, default=2.0, metavar="PCT",
                    help="smallest significant change called better/worse (default 2)")
     p.add_argument("--results-dir", help="where run ids are looked up (default ./vllm-tune-results)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.set_defaults(handler=_compare)
 
 

@@ -16,21 +16,21 @@ def register(sub: Any) -> None:
     kb_sub = kb.add_subparsers(dest="kb_command", metavar="ACTION", required=True)
 
     search = kb_sub.add_parser("search", help="keyword search")
-    search.add_argument("query", nargs="+")
-    search.add_argument("--kind", choices=_KINDS)
+    search.add_argument("query", nargs="+", help="keywords, e.g. preemption watermark")
+    search.add_argument("--kind", choices=_KINDS, help="only entries of this kind")
     search.add_argument("--vllm-version", help="only entries that hold for this vLLM version")
-    search.add_argument("--limit", type=int, default=8)
-    search.add_argument("--json", action="store_true")
+    search.add_argument("--limit", type=int, default=8, help="most hits to show")
+    search.add_argument("--json", action="store_true", help="print the hits as JSON")
     search.set_defaults(handler=_search)
 
     show = kb_sub.add_parser("show", help="show one entry")
-    show.add_argument("id")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("id", help="entry id, e.g. triage.preemption-kv-thrash")
+    show.add_argument("--json", action="store_true", help="print the entry as JSON")
     show.set_defaults(handler=_show)
 
     lst = kb_sub.add_parser("list", help="list entries")
-    lst.add_argument("--kind", choices=_KINDS)
-    lst.add_argument("--json", action="store_true")
+    lst.add_argument("--kind", choices=_KINDS, help="only entries of this kind")
+    lst.add_argument("--json", action="store_true", help="print the list as JSON")
     lst.set_defaults(handler=_list)
 
 

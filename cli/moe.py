@@ -15,17 +15,18 @@ def register(sub: Any) -> None:
                                    "read a log for the default-config warning, tune it on a GPU, verify it.")
     p.add_argument("model", help="catalog id, local model dir, config.json or Hugging Face id")
     p.add_argument("--gpu", required=True, help="GPU type (H100, H200, B200, MI300X...) or torch device name")
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--dp", type=int, default=1)
+    p.add_argument("--tp", type=int, default=1, help="--tensor-parallel-size of the deployment")
+    p.add_argument("--dp", type=int, default=1, help="--data-parallel-size of the deployment")
     p.add_argument("--ep", action="store_true", help="expert parallelism (--enable-expert-parallel)")
     p.add_argument("--dtype", help="auto (default), bf16, fp8_w8a8, int8_w8a16, int4_w4a16, ...")
     p.add_argument("--log-file", help="vLLM server log to read for MoE config lines")
     p.add_argument("--tuned-folder", help="VLLM_TUNED_CONFIG_FOLDER to check / write (default: the env var)")
-    p.add_argument("--mode", choices=("check", "plan", "tune", "verify"), default=None)
+    p.add_argument("--mode", choices=("check", "plan", "tune", "verify"), default=None,
+                   help="check (read-only, default), plan, tune (GPU, needs --yes and --budget) or verify")
     p.add_argument("--tune", action="store_true", help="same as --mode tune")
     p.add_argument("--budget", type=float, metavar="MIN", help="time budget for tuning, minutes")
-    p.add_argument("--batch-sizes", type=int, nargs="+", metavar="N")
-    p.add_argument("--search", choices=("quick", "pruned", "full"), default="pruned")
+    p.add_argument("--batch-sizes", type=int, nargs="+", metavar="N", help="batch sizes to tune (default: vLLM's 18)")
+    p.add_argument("--search", choices=("quick", "pruned", "full"), default="pruned", help="size of the tile search")
     p.add_argument("--backend", choices=("triton", "cpu", "cost-model"), default="triton",
                    help="kernel timer (cpu and cost-model are test backends)")
     p.add_argument("--vllm-version", help="vLLM version whose shipped configs to check")
@@ -35,7 +36,7 @@ def register(sub: Any) -> None:
     p.add_argument("--tuned-results", nargs="+", default=[], metavar="FILE", help="verify: B results")
     p.add_argument("--offline", action="store_true", help="never contact the Hugging Face hub")
     p.add_argument("--yes", action="store_true", help="confirm the tuning job (it occupies the GPUs)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=_moe)
 
 

@@ -30,24 +30,24 @@ def register(sub: Any) -> None:
     start.add_argument("--command", dest="command_line", required=True,
                        help="the base `vllm serve ...` command; no --api-key/--hf-token values: export "
                             "VLLM_API_KEY or HF_TOKEN instead (vllm serve and the benchmark read them)")
-    start.add_argument("--goal", choices=("latency", "throughput"), default="latency")
+    start.add_argument("--goal", choices=("latency", "throughput"), default="latency", help="what the loop optimises")
     start.add_argument("--slo", help="targets in ms, e.g. ttft=500,tpot=50")
-    start.add_argument("--slo-percentile", type=float, default=99.0)
+    start.add_argument("--slo-percentile", type=float, default=99.0, help="percentile the SLO is judged at")
     load = start.add_mutually_exclusive_group(required=True)
     load.add_argument("--concurrency", type=int, help="closed-loop requests in flight")
     load.add_argument("--rate", type=float, help="open-loop requests per second")
-    start.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
-    start.add_argument("--input-len", type=int, default=256)
-    start.add_argument("--output-len", type=int, default=128)
-    start.add_argument("--num-prompts", type=int, default=200)
-    start.add_argument("--warmup-requests", type=int, default=4)
+    start.add_argument("--endpoint", choices=("completions", "chat"), default="completions", help="API the load uses")
+    start.add_argument("--input-len", type=int, default=256, help="prompt tokens per request")
+    start.add_argument("--output-len", type=int, default=128, help="output tokens per request")
+    start.add_argument("--num-prompts", type=int, default=200, help="measured requests per trial")
+    start.add_argument("--warmup-requests", type=int, default=4, help="unmeasured requests per trial")
     start.add_argument("--lever", action="append", default=[], help="a flag the loop may move (repeatable)")
-    start.add_argument("--max-trials", type=int, default=6)
+    start.add_argument("--max-trials", type=int, default=6, help="trial budget, baseline included")
     start.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                        help="environment for the servers the loop starts (repeatable): VLLM_*, CUDA_*, NCCL_*, "
                             "HF_*, OMP_*, TORCH_* and the like; never secrets, PATH, LD_* or PYTHON*")
-    start.add_argument("--vllm-version")
-    start.add_argument("--gpu")
+    start.add_argument("--vllm-version", help="release whose option table candidates are linted against")
+    start.add_argument("--gpu", help="GPU type, for hardware-specific lint checks")
     _common(start)
     start.set_defaults(handler=_start)
 
@@ -56,13 +56,13 @@ def register(sub: Any) -> None:
                                     ("status", "the session and the trial server running for it (a server left "
                                                "behind by a vllm-tune process that died is stopped)", _status)):
         q = steps.add_parser(name, help=helptext)
-        q.add_argument("session")
+        q.add_argument("session", help="session id (tune start printed it)")
         _common(q)
         q.set_defaults(handler=handler)
 
     record = steps.add_parser("record", help="attach a measured run (or a failure) to a trial")
-    record.add_argument("session")
-    record.add_argument("trial", type=int)
+    record.add_argument("session", help="session id")
+    record.add_argument("trial", type=int, help="trial number")
     what = record.add_mutually_exclusive_group(required=True)
     what.add_argument("--run", help="run id, run folder or result.json")
     what.add_argument("--failed", help="why the trial could not be measured")
@@ -74,7 +74,7 @@ def register(sub: Any) -> None:
         ("loop", "run trials and propose the next until the session is done", _loop))
     for name, helptext, step in runs:
         r = steps.add_parser(name, help=helptext)
-        r.add_argument("session")
+        r.add_argument("session", help="session id")
         r.add_argument("--yes", action="store_true", help="confirm: starts vLLM on this machine and loads it")
         r.add_argument("--start-timeout", type=float, default=900.0, help="seconds vLLM may take to get healthy")
         r.add_argument("--vllm-cmd", metavar="CMD",
