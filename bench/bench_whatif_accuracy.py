@@ -1,0 +1,71 @@
+"""what_if against real vLLM: calibrate on server A, predict six (config, load) pairs, run them, compare.
+
+Uses the suite's vLLM CPU server (tests/support; components from `python -m tests.support.provision`).
+Run it under the shared lock, it starts up to four servers one after another:
+
+    flock /tmp/vllm-tune-integration.lock .venv/bin/python bench/bench_whatif_accuracy.py
+
+Prints the calibration (coefficients and residuals on the probe runs) and the predicted-vs-measured
+table; a row outside its tolerance says NO, a change predicted the wrong way says WRONG.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from support.tiny_models import ensure_tiny_models
+from support.vllm_server import VllmServer, start_vllm
+
+from vllm_tune.tools.whatif.accuracy import CASES, failures, run_case, table
+from vllm_tune.tools.whatif.calibrate import calibrate_by_probe
+
+
+async def main() -> int:
+    models = ensure_tiny_models(build=False)
+    save = tempfile.mkdtemp(prefix="whatif-accuracy-")
+    servers: dict[tuple[tuple[str, str], ...], VllmServer] = {}
+
+    async def start(flags: dict[str, str]) -> str:
+        key = tuple(sorted(flags.items()))
+        if key not in servers:
+            for other in [k for k in servers if k]:  # keep A and at most one B alive (memory)
+                servers.pop(other).stop()
+            args = [x for kv in flags.items() for x in kv]
+            servers[key] = await asyncio.to_thread(start_vllm, models.llama, args)
+        return servers[key].url
+
+    try:
+        t0 = time.monotonic()
+        a_url = await start({})
+        cal = await calibrate_by_probe(a_url)
+        print(f"calibration ({time.monotonic() - t0:.0f} s, {cal.rounds} rounds, converged={cal.converged}):")
+        print("  " + ", ".join(f"{k}={v:.3g}" for k, v in cal.step_model.model_dump().items()))
+        print(f"  engine: {cal.engine.model_dump()}")
+        for r in cal.residuals:
+            print(f"  {r.run:28} {r.metric:18} measured {r.measured:9.2f} fitted {r.fitted:9.2f} "
+                  f"({r.relative_error:+.0%})")
+        outcomes = []
+        for i, case in enumerate(CASES):
+            outcomes.append(await run_case(cal, a_url, {}, start, case, seed=100 + i, save_result=save))
+            print(f"case {i + 1}/{len(CASES)} done: {case.name} ({time.monotonic() - t0:.0f} s)", flush=True)
+        print()
+        print(table(outcomes))
+        bad = failures(outcomes)
+        print()
+        print(f"{len(bad)} outside the targets" + (":" if bad else ""))
+        for line in bad:
+            print("  " + line)
+        return 0
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))
