@@ -20,6 +20,8 @@ def register(sub: Any) -> None:
                    help="saved run_benchmark result (result.json or run dir) to calibrate on; repeatable")
     p.add_argument("--calibration", metavar="FILE", help="a saved what_if calibration")
     p.add_argument("--probe", action="store_true", help="calibrate by probing URL (the default when only URL is given)")
+    p.add_argument("--metrics-window", type=float, metavar="S",
+                   help="calibrate passively from URL's /metrics over S seconds of its own traffic (sends no load)")
     p.add_argument("--save-calibration", metavar="FILE")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="K=V[,K=V]",
                    help="one variant, e.g. --set max_num_batched_tokens=8192 --set max_num_seqs=64,rate=20")
@@ -64,11 +66,12 @@ def _input(args: argparse.Namespace) -> Any:
     if args.probe and not args.url:
         fail("--probe needs the server URL")
     # A URL without another calibration source means: probe it (like `bench URL`, this sends load).
-    probe = args.probe or bool(args.url and not args.from_result and not args.calibration)
+    probe = args.probe or bool(args.url and not args.from_result and not args.calibration
+                               and args.metrics_window is None)
     slo = parse_key_values(args.slo, allowed={"ttft", "tpot", "e2el"}, what="SLO") if args.slo else {}
     return WhatIfInput(
         url=args.url, from_result=args.from_result, calibration=args.calibration, probe=probe,
-        confirm=args.yes, serve_flags=_pairs(args.serve_flag, "--serve-flag"),
+        metrics_window_s=args.metrics_window, confirm=args.yes, serve_flags=_pairs(args.serve_flag, "--serve-flag"),
         variants=[_pairs([s], "--set") for s in args.sets], concurrency=args.concurrency, rate=args.rate,
         trace=args.trace, arrival=args.arrival, burstiness=args.burstiness, max_concurrency=args.max_concurrency,
         num_prompts=args.num_prompts, duration_s=args.duration, input_len=args.input_len,

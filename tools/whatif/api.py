@@ -41,6 +41,9 @@ class WhatIfInput(BaseModel):
     calibration: str | None = Field(default=None, description="a saved what_if calibration JSON")
     probe: bool = Field(default=False, description="calibrate by a short probe load on url (~400 short "
                                                    "requests at concurrency 1-24): SENDS LOAD")
+    metrics_window_s: float | None = Field(default=None, ge=8, le=600,
+                                           description="calibrate passively from url's /metrics over this many "
+                                                       "seconds of its own traffic (GET only, sends no load)")
     confirm: bool = Field(default=False, description="must be true to probe a non-loopback target")
     serve_flags: dict[str, str] = Field(default={}, description="the server's current scheduler flags, e.g. "
                                                                 "{'max_num_seqs': '256'} (vLLM does not export them)")
@@ -69,13 +72,14 @@ class WhatIfInput(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> WhatIfInput:
-        sources = sum([bool(self.calibration), bool(self.from_result), self.probe])
+        sources = sum([bool(self.calibration), bool(self.from_result), self.probe, self.metrics_window_s is not None])
         if sources == 0:
-            raise ValueError("give a calibration: calibration=FILE, from_result=[RESULT...], or probe=true with url")
+            raise ValueError("give a calibration: calibration=FILE, from_result=[RESULT...], probe=true with url, "
+                             "or metrics_window_s with url")
         if sources > 1:
-            raise ValueError("give one calibration source: calibration, from_result or probe")
-        if self.probe and not self.url:
-            raise ValueError("probe=true needs url")
+            raise ValueError("give one calibration source: calibration, from_result, probe or metrics_window_s")
+        if (self.probe or self.metrics_window_s is not None) and not self.url:
+            raise ValueError("probe and metrics_window_s need url")
         if sum(x is not None for x in (self.concurrency, self.rate, self.trace)) > 1:
             raise ValueError("choose one load shape: concurrency, rate or trace")
         try:
@@ -241,6 +245,12 @@ async def what_if(req: WhatIfInput) -> WhatIfOutput:
         assert req.url is not None
         check_target(RunBenchmarkInput(url=req.url, concurrency=1, confirm=req.confirm))
         cal = await cal_mod.calibrate_by_probe(req.url, serve_flags=req.serve_flags or None, confirm=req.confirm)
+    elif req.metrics_window_s is not None:
+        assert req.url is not None
+        from vllm_tune.tools.whatif.passive import calibrate_from_metrics
+
+        cal = await calibrate_from_metrics(req.url, window_s=req.metrics_window_s,
+                                           serve_flags=req.serve_flags or None)
     else:
         cal, first = _calibrate(req)
     path = str(cal_mod.save(cal, req.save_calibration)) if req.save_calibration else None
