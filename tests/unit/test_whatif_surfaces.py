@@ -48,7 +48,8 @@ def test_cli_compares_variants_in_one_table(results: list[str], capsys: pytest.C
     out = capsys.readouterr().out
     assert code == 0
     lines = [ln for ln in out.splitlines() if ln.startswith(("baseline", "max_num"))]
-    assert [ln.split()[0] for ln in lines] == ["baseline", "max_num_seqs=4", "max_num_batched_tokens=4096,concurrency=48"]
+    names = [ln.split()[0] for ln in lines]
+    assert names == ["baseline", "max_num_seqs=4", "max_num_batched_tokens=4096,concurrency=48"]
     assert "calibration (results" in out
 
 
