@@ -167,7 +167,14 @@ def _window(pre: list[list[float]], a: int, b: int) -> list[float]:
     return [pre[b + 1][j] - pre[a][j] for j in range(4)]
 
 
-def _rows(obs: Observed, tr: Trace) -> list[tuple[str, list[float], float]]:
+def _median_row(rows: list[list[float]], model: StepModel) -> list[float]:
+    """The row of the request whose fitted value is the median (its order statistic, linearised)."""
+    coef = [getattr(model, k) for k in COEFFICIENTS]
+    ranked = sorted(rows, key=lambda r: sum(a * b for a, b in zip(r, coef, strict=True)))
+    return ranked[len(ranked) // 2]
+
+
+def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[float], float]]:
     """(metric, coefficient row, measured value in seconds) for one run."""
     pre = _prefix(tr)
     feats = tr.step_features
@@ -187,10 +194,16 @@ def _rows(obs: Observed, tr: Trace) -> list[tuple[str, list[float], float]]:
             tpot_rows.append([v / (o - 1) for v in dw] + [0.0])
     out: list[tuple[str, list[float], float]] = []
     res = obs.result
+    # Means are linear in the coefficients; medians are what the targets are stated in, and they resist the
+    # bursts of a busy host, so both are fitted.
     if ttft_rows and res.get("mean_ttft_ms"):
         out.append(("mean_ttft", _mean_rows(ttft_rows), float(res["mean_ttft_ms"]) / 1000.0))
+    if ttft_rows and res.get("median_ttft_ms"):
+        out.append(("median_ttft", _median_row(ttft_rows, model), float(res["median_ttft_ms"]) / 1000.0))
     if tpot_rows and res.get("mean_tpot_ms"):
         out.append(("mean_tpot", _mean_rows(tpot_rows), float(res["mean_tpot_ms"]) / 1000.0))
+    if tpot_rows and res.get("median_tpot_ms"):
+        out.append(("median_tpot", _median_row(tpot_rows, model), float(res["median_tpot_ms"]) / 1000.0))
     if obs.load.offsets is None and res.get("duration"):
         # A closed loop never idles: its duration is the sum of all steps (plus the first request's hand-off).
         out.append(("duration", [*_window(pre, 0, len(feats) - 1), 1.0], float(res["duration"])))
@@ -223,7 +236,7 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
         ys: list[float] = []
         for obs in observed:
             tr = run(engine, model, obs.load, keep_windows=True)
-            for _metric, row, y in _rows(obs, tr):
+            for _metric, row, y in _rows(obs, tr, model):
                 if y > 0:
                     rows.append([v / y for v in row])  # relative error: small and large values count alike
                     ys.append(1.0)
