@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_tune.tools.bench.api import RunBenchmarkInput, run_benchmark
-from vllm_tune.tools.whatif.calibrate import Calibration, ProbePoint, calibrate_by_probe, engine_from
+from vllm_tune.tools.whatif.calibrate import Calibration, ProbePoint, engine_from, fit, observed_from_result, probe
 from vllm_tune.tools.whatif.results import load_from_request, summarize
 from vllm_tune.tools.whatif.simulate import EngineConfig, run
 
@@ -38,11 +38,11 @@ class Case:
     expect: str = ""  # "queues" or "preempts": what the case is there to exercise
 
 
-# A shorter probe than the default (three closed loops, ~90 requests) so that it can run before every case.
+# A shorter probe than the default (three closed loops, ~100 requests) so that it can run before every case.
 QUICK_PROBE = [
-    ProbePoint(concurrency=2, input_len=64, output_len=48, num_prompts=16),
+    ProbePoint(concurrency=4, input_len=64, output_len=48, num_prompts=24),
     ProbePoint(concurrency=12, input_len=128, output_len=48, num_prompts=48),
-    ProbePoint(concurrency=6, input_len=512, output_len=32, num_prompts=24),
+    ProbePoint(concurrency=6, input_len=512, output_len=32, num_prompts=30),
 ]
 
 
@@ -122,12 +122,19 @@ StartServer = Callable[[dict[str, str]], Awaitable[str]]
 
 
 async def run_case(a_url: str, a_flags: dict[str, str], start: StartServer, case: Case, seed: int,
-                   save_result: str, probe: list[ProbePoint] | None = None) -> tuple[Calibration, CaseOutcome]:
-    """Calibrate on A, reference on A, then B twice (on a server with the case's flags); all predicted."""
+                   save_result: str, points: list[ProbePoint] | None = None) -> tuple[Calibration, CaseOutcome]:
+    """Calibrate on A, reference on A, then B twice (on a server with the case's flags); all predicted.
+
+    When B changes only server flags, A's run of the same load is part of the calibration (calibrate on
+    run A, predict B); when B changes the load, the calibration has only the probe, whose loads differ."""
     b_url = await start(case.flags) if case.flags else a_url  # started first: its start-up is not in the window
-    cal = await calibrate_by_probe(a_url, points=probe or QUICK_PROBE, serve_flags=a_flags, save_result=save_result)
+    observed, engine, conditions = await probe(a_url, points=points or QUICK_PROBE, serve_flags=a_flags,
+                                               save_result=save_result)
     ref_req = RunBenchmarkInput(url=a_url, seed=seed, **case.load)
     ref = await measure(a_url, case, seed, save_result)
+    if case.flags:
+        observed.append(observed_from_result(ref, "A, same load"))
+    cal = fit(observed, engine, source="probe", conditions=conditions)
     got = await measure(b_url, case, seed, save_result)
     again = await measure(b_url, case, seed + 1000, save_result)
     b_flags = {**a_flags, **case.flags}
