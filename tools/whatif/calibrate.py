@@ -213,6 +213,21 @@ def _initial(observed: list[Observed]) -> StepModel:
                      request_overhead_s=0.0)
 
 
+def _weighted(found: list[tuple[str, list[float], float]]) -> tuple[list[list[float]], list[float]]:
+    """Rows scaled for relative error, with each metric's scale floored at half its median over the runs: one
+    run whose tokens all arrived in one burst (mean TPOT near zero) must not outweigh every other run."""
+    by_metric: dict[str, list[float]] = {}
+    for metric, _row, y in found:
+        by_metric.setdefault(metric, []).append(y)
+    floor = {m: 0.5 * sorted(v)[len(v) // 2] for m, v in by_metric.items()}
+    rows, ys = [], []
+    for metric, row, y in found:
+        scale = max(y, floor[metric])
+        rows.append([v / scale for v in row])
+        ys.append(y / scale)
+    return rows, ys
+
+
 def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditions: dict[str, Any] | None = None,
         use_context: bool = True) -> Calibration:
     """Fixed-point non-negative least squares of the step model on the observed runs."""
@@ -220,18 +235,17 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
         raise BadInputError("calibration needs at least one measured run")
     model = _initial(observed)
     usable = [True, True, True, use_context, True]
+
+    def tr_of(obs: Observed, m: StepModel) -> Trace:
+        return run(engine, m, obs.load, keep_windows=True)
+
     rounds = 0
     converged = False
     notes: list[str] = []
     for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - rounds is reported
-        rows: list[list[float]] = []
-        ys: list[float] = []
-        for obs in observed:
-            tr = run(engine, model, obs.load, keep_windows=True)
-            for _metric, row, y in _rows(obs, tr):
-                if y > 0:
-                    rows.append([v / y for v in row])  # relative error: small and large values count alike
-                    ys.append(1.0)
+        found = [(metric, row, y) for obs in observed
+                 for metric, row, y in _rows(obs, tr_of(obs, model)) if y > 0]
+        rows, ys = _weighted(found)
         coef = nonnegative_least_squares(rows, ys, usable)
         if coef is None:
             raise BadInputError("the runs cannot separate the step costs (too few or too alike); probe more "
