@@ -26,8 +26,8 @@ async def _confirm_probe(request: WhatIfInput, ctx: Context) -> WhatIfInput:
     base = policy.check(request.url)
     if policy.is_loopback(base):
         return request
-    if await user_confirms(ctx, f"Calibrate what_if by sending a short probe load to {base} (about 400 short "
-                                "requests at concurrency 1-24)? This loads a live server."):
+    if await user_confirms(ctx, f"Calibrate what_if by sending a short probe load to {base} (about 290 requests "
+                                "at concurrency 4-32)? This loads a live server."):
         return request.model_copy(update={"confirm": True})
     return request
 
@@ -43,11 +43,11 @@ def register(mcp: MCPServer[Any]) -> None:
             "to TTFT, ITL and throughput?' WITHOUT restarting or loading the server: a simulation of vLLM V1's "
             "scheduler (chunked prefill, max_num_seqs, KV blocks, preemption) with step times calibrated on this "
             "server. Calibrate from saved run_benchmark results (from_result, sends nothing), a saved calibration, "
-            "or probe=true on url (sends ~400 short requests; non-loopback needs confirm=true, set only after the "
-            "user agreed). Give the load (concurrency or rate, input_len, output_len) or reuse from_result's, and "
-            "variants such as [{'max_num_batched_tokens': '8192'}, {'max_num_seqs': '64', 'rate': '20'}]. Returns "
-            "each variant in run_benchmark's result shape (simulated=true), a comparison table, and the "
-            "calibration's residuals. Ask this before proposing a restart; verify the chosen change with "
+            "or probe=true on url (sends ~290 requests at concurrency 4-32; non-loopback needs confirm=true, set only "
+            "after the user agreed). Give the load (concurrency or rate, input_len, output_len) or reuse "
+            "from_result's, and variants such as [{'max_num_batched_tokens': '8192'}, {'max_num_seqs': '64', "
+            "'rate': '20'}]. Returns each variant in run_benchmark's result shape (simulated=true), a comparison "
+            "table, and the calibration's residuals. Ask this before proposing a restart; verify the chosen change with "
             "run_benchmark afterwards."
         ),
         input_model=WhatIfInput, output_model=WhatIfOutput, run=_run, annotations=_MAY_PROBE,

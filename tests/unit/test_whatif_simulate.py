@@ -145,3 +145,17 @@ def test_larger_token_budget_lowers_ttft_for_long_prompts_under_load() -> None:
         load = Load(lens=lens, offsets=offsets)
         res[mbt] = summarize(run(cfg, STEP, load), load, cfg, STEP, percentiles=[50.0])
     assert res[4096]["median_ttft_ms"] < res[512]["median_ttft_ms"]
+
+
+def test_stream_start_floors_ttft_and_bundles_early_tokens() -> None:
+    cfg = EngineConfig(num_gpu_blocks=1000)
+    model = StepModel(fixed_s=0.001, per_decode_seq_s=0.0, per_prefill_token_s=0.0, stream_start_s=0.050)
+    load = Load(lens=[(10, 21)] * 3, concurrency=1)
+    tr = run(cfg, model, load)
+    res = summarize(tr, load, cfg, model, percentiles=[50.0])
+    # The engine makes all 21 tokens in 21 ms; the client sees them all at 50 ms, in one burst.
+    assert res["median_ttft_ms"] == pytest.approx(50.0)
+    assert res["median_tpot_ms"] == pytest.approx(0.0)
+    assert res["median_itl_ms"] == pytest.approx(0.0)
+    # The closed-loop client sends its next request only when it has seen the last token.
+    assert tr.send[1] == pytest.approx(0.050)

@@ -38,11 +38,12 @@ class Case:
     expect: str = ""  # "queues" or "preempts": what the case is there to exercise
 
 
-# A shorter probe than the default (three closed loops, ~100 requests) so that it can run before every case.
+# A shorter probe than the default (three closed loops, ~130 requests) so that it can run before every case.
+# Outputs are long enough that the engine, not the start of the response stream, sets each request's time.
 QUICK_PROBE = [
-    ProbePoint(concurrency=4, input_len=64, output_len=48, num_prompts=24),
-    ProbePoint(concurrency=12, input_len=128, output_len=48, num_prompts=48),
-    ProbePoint(concurrency=6, input_len=512, output_len=32, num_prompts=30),
+    ProbePoint(concurrency=8, input_len=64, output_len=128, num_prompts=32),
+    ProbePoint(concurrency=32, input_len=128, output_len=96, num_prompts=64),
+    ProbePoint(concurrency=8, input_len=512, output_len=64, num_prompts=32),
 ]
 
 
@@ -223,3 +224,24 @@ CASES = [
     Case("12 KV blocks, c=12 (preempts)", {"--num-gpu-blocks-override": "12"},
          {"concurrency": 12, "num_prompts": 72, "input_len": 200, "output_len": 160}, expect="preempts"),
 ]
+
+
+SUMMARY_METRICS = ("request_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms", "p90_ttft_ms")
+
+
+def summary_table(outcomes: list[CaseOutcome]) -> str:
+    """One line per case: measured (its repeat) -> predicted (error) for the headline metrics."""
+    heads = ["req/s", "TTFT p50 ms", "TPOT p50 ms", "ITL p50 ms", "TTFT p90 ms"]
+    lines = ["| case | " + " | ".join(heads) + " | preempt. meas/pred | judged within / judged |",
+             "|---|" + "---:|" * len(heads) + "---:|---:|"]
+    for oc in outcomes:
+        by = {r.metric: r for r in oc.rows}
+        cells = []
+        for m in SUMMARY_METRICS:
+            r = by[m]
+            err = f"{r.error:+.0%}" if math.isfinite(r.error) else "n/a"
+            cells.append(f"{r.measured:.1f} ({r.repeat:.1f}) → {r.predicted:.1f} {err}")
+        judged = [r for r in oc.rows if r.judgeable]
+        lines.append(f"| {oc.case.name} | " + " | ".join(cells) + f" | {oc.measured_preemptions:.0f}/"
+                     f"{oc.predicted_preemptions} | {sum(r.within for r in judged)}/{len(judged)} |")
+    return "\n".join(lines)

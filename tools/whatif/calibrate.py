@@ -38,7 +38,8 @@ from vllm_tune.tools.whatif.simulate import (
     run,
 )
 
-COEFFICIENTS = ("fixed_s", "per_decode_seq_s", "per_prefill_token_s", "per_context_token_s", "request_overhead_s")
+COEFFICIENTS = ("fixed_s", "per_decode_seq_s", "per_prefill_token_s", "per_context_token_s", "request_overhead_s",
+                "stream_start_s")
 MAX_ROUNDS = 12
 
 
@@ -49,16 +50,17 @@ class ProbePoint(BaseModel):
     num_prompts: int = Field(ge=4, le=2000)
 
 
-# Short by design: about 400 requests of small outputs, spanning batch size and prompt length so that
-# the per-sequence and per-prompt-token costs are told apart. No single-stream point: on a busy host a lone
+# Short by design: about 290 requests, spanning batch size and prompt length so that the per-sequence and
+# per-prompt-token costs are told apart, with outputs long enough that the engine rather than the start of
+# the response stream sets each request's time. No single-stream point: on a busy host a lone
 # stream stalls far more per token than a batch does (measured on the suite's CPU server), which no
 # per-step cost model reproduces and which would skew the fit for every other load.
 DEFAULT_PROBE = [
-    ProbePoint(concurrency=4, input_len=32, output_len=48, num_prompts=24),
-    ProbePoint(concurrency=8, input_len=32, output_len=64, num_prompts=64),
-    ProbePoint(concurrency=4, input_len=512, output_len=32, num_prompts=48),
-    ProbePoint(concurrency=24, input_len=128, output_len=64, num_prompts=120),
-    ProbePoint(concurrency=16, input_len=384, output_len=48, num_prompts=96),
+    ProbePoint(concurrency=4, input_len=32, output_len=128, num_prompts=24),
+    ProbePoint(concurrency=16, input_len=64, output_len=128, num_prompts=64),
+    ProbePoint(concurrency=8, input_len=512, output_len=64, num_prompts=40),
+    ProbePoint(concurrency=32, input_len=128, output_len=96, num_prompts=96),
+    ProbePoint(concurrency=16, input_len=384, output_len=64, num_prompts=64),
 ]
 
 
@@ -169,11 +171,33 @@ def _window(pre: list[list[float]], a: int, b: int) -> list[float]:
     return [pre[b + 1][j] - pre[a][j] for j in range(4)]
 
 
-def _rows(obs: Observed, tr: Trace) -> list[tuple[str, list[float], float]]:
-    """(metric, coefficient row, measured value in seconds) for one run."""
+def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[float], float]]:
+    """(metric, coefficient row, measured value in seconds) for one run.
+
+    A client sees a request's first and last token at max(engine time, send + stream_start); each request
+    contributes the branch that the current coefficients make the larger, so the rows are linear in them
+    for this round of the fixed point."""
     pre = _prefix(tr)
     feats = tr.step_features
+    coef = [getattr(model, k) for k in COEFFICIENTS]
+    stream_row = [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+
+    res = obs.result
+    floor = model.stream_start_s
+
+    def engine_shows(metric: str) -> bool:
+        # A run measured well above the floor is engine-bound whatever the current coefficients say; without
+        # this a round that puts every cost under the floor would never see the engine again.
+        return float(res.get(f"{metric}_ms") or 0.0) / 1000.0 > 1.1 * floor
+
+    ttft_engine, e2el_engine = engine_shows("mean_ttft"), engine_shows("mean_e2el")
+
+    def visible(row: list[float], forced: bool) -> list[float]:
+        engine = sum(a * b for a, b in zip(row, coef, strict=True))
+        return row if forced or engine >= floor else stream_row
+
     ttft_rows: list[list[float]] = []
+    e2el_rows: list[list[float]] = []
     tpot_rows: list[list[float]] = []
     for r, (_p, o) in enumerate(obs.load.lens):
         if math.isnan(tr.last[r]):
@@ -181,24 +205,25 @@ def _rows(obs: Observed, tr: Trace) -> list[tuple[str, list[float], float]]:
         w = _window(pre, tr.ready_step[r], tr.first_step[r])
         if tr.ready_step[r] > 0 and tr.ready_frac[r] > 0:
             d, p, c = feats[tr.ready_step[r] - 1]
-            w = [w[0] + tr.ready_frac[r], w[1] + tr.ready_frac[r] * d, w[2] + tr.ready_frac[r] * p,
-                 w[3] + tr.ready_frac[r] * c]
-        ttft_rows.append([*w, 1.0])
+            f = tr.ready_frac[r]
+            w = [w[0] + f, w[1] + f * d, w[2] + f * p, w[3] + f * c]
+        dw = _window(pre, tr.first_step[r] + 1, tr.last_step[r])
+        ttft = visible([*w, 1.0, 0.0], ttft_engine)
+        e2el = visible([a + b for a, b in zip(w, dw, strict=True)] + [1.0, 0.0], e2el_engine)
+        ttft_rows.append(ttft)
+        e2el_rows.append(e2el)
         if o > 1:
-            dw = _window(pre, tr.first_step[r] + 1, tr.last_step[r])
-            tpot_rows.append([v / (o - 1) for v in dw] + [0.0])
+            tpot_rows.append([(a - b) / (o - 1) for a, b in zip(e2el, ttft, strict=True)])
     out: list[tuple[str, list[float], float]] = []
-    res = obs.result
-    # Means, not medians: they are linear in the coefficients and add up to the run's duration. A server whose
-    # tokens reach the client in bursts has per-request TPOT medians near zero, which would pull every step
-    # cost to nothing.
-    if ttft_rows and res.get("mean_ttft_ms"):
-        out.append(("mean_ttft", _mean_rows(ttft_rows), float(res["mean_ttft_ms"]) / 1000.0))
-    if tpot_rows and res.get("mean_tpot_ms"):
-        out.append(("mean_tpot", _mean_rows(tpot_rows), float(res["mean_tpot_ms"]) / 1000.0))
-    if obs.load.offsets is None and res.get("duration"):
-        # A closed loop never idles: its duration is the sum of all steps (plus the first request's hand-off).
-        out.append(("duration", [*_window(pre, 0, len(feats) - 1), 1.0], float(res["duration"])))
+    # Means, not medians: they are linear in the coefficients and consistent with the run's duration. A server
+    # whose tokens reach the client in bursts has per-request TPOT medians near zero.
+    for metric, rows in (("mean_ttft", ttft_rows), ("mean_e2el", e2el_rows), ("mean_tpot", tpot_rows)):
+        if rows and res.get(f"{metric}_ms"):
+            out.append((metric, _mean_rows(rows), float(res[f"{metric}_ms"]) / 1000.0))
+    if obs.load.offsets is None and obs.load.concurrency and res.get("duration") and e2el_rows:
+        # A closed loop runs its requests back to back per client: duration = requests x mean E2EL / clients.
+        share = len(e2el_rows) / obs.load.concurrency
+        out.append(("duration", [v * share for v in _mean_rows(e2el_rows)], float(res["duration"])))
     return out
 
 
@@ -208,9 +233,11 @@ def _mean_rows(rows: list[list[float]]) -> list[float]:
 
 def _initial(observed: list[Observed]) -> StepModel:
     tpots = [float(o.result.get("mean_tpot_ms") or 0) / 1000.0 for o in observed]
+    ttfts = [float(o.result.get("mean_ttft_ms") or 0) / 1000.0 for o in observed]
     base = min((t for t in tpots if t > 0), default=0.01)
+    # Start the stream-start floor at half the smallest mean TTFT, so that the fit can see whether it binds.
     return StepModel(fixed_s=base, per_decode_seq_s=0.0, per_prefill_token_s=0.0, per_context_token_s=0.0,
-                     request_overhead_s=0.0)
+                     request_overhead_s=0.0, stream_start_s=0.5 * min((t for t in ttfts if t > 0), default=0.0))
 
 
 def _weighted(found: list[tuple[str, list[float], float]]) -> tuple[list[list[float]], list[float]]:
@@ -234,7 +261,7 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
     if not observed:
         raise BadInputError("calibration needs at least one measured run")
     model = _initial(observed)
-    usable = [True, True, True, use_context, True]
+    usable = [True, True, True, use_context, True, True]
 
     def tr_of(obs: Observed, m: StepModel) -> Trace:
         return run(engine, m, obs.load, keep_windows=True)
@@ -244,7 +271,7 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
     notes: list[str] = []
     for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - rounds is reported
         found = [(metric, row, y) for obs in observed
-                 for metric, row, y in _rows(obs, tr_of(obs, model)) if y > 0]
+                 for metric, row, y in _rows(obs, tr_of(obs, model), model) if y > 0]
         rows, ys = _weighted(found)
         coef = nonnegative_least_squares(rows, ys, usable)
         if coef is None:

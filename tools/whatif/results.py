@@ -82,6 +82,16 @@ def _weighted_stats(values: list[float], weights: list[int], extra: list[float],
     return out
 
 
+def _itl_stats(tr: Trace, hidden: int, percentiles: list[float]) -> dict[str, float]:
+    """ITL of the step log, with `hidden` of the per-step gaps turned into the zero gaps of a burst."""
+    steady = tr.steady_gaps
+    total = sum(steady)
+    if hidden and total:
+        keep = max(0.0, 1.0 - hidden / total)
+        steady = [round(w * keep) for w in steady]
+    return _weighted_stats([*tr.step_durations, 0.0], [*steady, min(hidden, total)], tr.odd_gaps, percentiles)
+
+
 def _peaks(tr: Trace, ok: list[int]) -> tuple[float, int]:
     tokens: dict[int, int] = {}
     for end, k in zip(tr.step_ends, tr.step_tokens, strict=True):
@@ -100,11 +110,20 @@ def summarize(tr: Trace, load: Load, cfg: EngineConfig, model: StepModel, *, per
     """The aggregate block of a run, computed from the simulated per-request times."""
     slo = check_goodput(slo_ms or {})
     ok = [r for r in range(len(tr.send)) if not math.isnan(tr.last[r])]
-    ttft = [tr.first[r] - tr.send[r] for r in ok]
-    e2el = [tr.last[r] - tr.send[r] for r in ok]
     outs = [load.lens[r][1] for r in ok]
+    # What the client sees: nothing before the stream starts, then everything made so far at once.
+    opens = [tr.send[r] + model.stream_start_s for r in ok]
+    first = [max(tr.first[r], o) for r, o in zip(ok, opens, strict=True)]
+    last = [max(tr.last[r], o) for r, o in zip(ok, opens, strict=True)]
+    ttft = [f - tr.send[r] for r, f in zip(ok, first, strict=True)]
+    e2el = [e - tr.send[r] for r, e in zip(ok, last, strict=True)]
     tpot = [(e - f) / (o - 1) for e, f, o in zip(e2el, ttft, outs, strict=True) if o > 1]
-    duration = max((tr.last[r] for r in ok), default=0.0)
+    hidden = 0  # inter-token gaps that collapse to zero because their tokens waited for the stream to start
+    for r, o, n_out in zip(ok, opens, outs, strict=True):
+        if n_out > 1 and tr.first[r] < o:
+            span = tr.last[r] - tr.first[r]
+            hidden += n_out - 1 if span <= 0 else min(n_out - 1, int((o - tr.first[r]) / (span / (n_out - 1))))
+    duration = max(last, default=0.0)
     total_in = sum(load.lens[r][0] for r in ok)
     total_out = sum(outs)
     good = None
@@ -129,7 +148,7 @@ def summarize(tr: Trace, load: Load, cfg: EngineConfig, model: StepModel, *, per
         "max_output_tokens_per_s": peak_tokens, "max_concurrent_requests": peak_active,
     }
     series = {"ttft": describe(ttft, percentiles), "tpot": describe(tpot, percentiles),
-              "itl": _weighted_stats(tr.step_durations, tr.steady_gaps, tr.odd_gaps, percentiles),
+              "itl": _itl_stats(tr, hidden, percentiles),
               "e2el": describe(e2el, percentiles)}
     for name, stats in series.items():
         for stat, value in stats.items():

@@ -20,6 +20,7 @@ no speculative decoding, no async-scheduling overlap, one engine (no DP), no sto
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -71,6 +72,9 @@ class StepModel(BaseModel):
     request_overhead_s: float = Field(default=0.0, ge=0,
                                       description="from send until the engine can schedule the request "
                                                   "(HTTP, tokenisation, engine hand-off)")
+    stream_start_s: float = Field(default=0.0, ge=0,
+                                  description="from send until the response stream delivers anything: tokens "
+                                              "the engine made before then reach the client together")
 
     def step_seconds(self, decode_seqs: int, prefill_tokens: int, context_tokens: int) -> float:
         return (self.fixed_s + self.per_decode_seq_s * decode_seqs + self.per_prefill_token_s * prefill_tokens
@@ -165,6 +169,7 @@ class _Engine:
         self.deadline = load.duration_s if load.duration_s else math.inf
         self.next_send = 0
         self.in_flight = 0
+        self.releases: list[float] = []  # when clients see their request's last token (frees their slot)
         self.finished = 0
         self.blocked_by_cap = False
         self.t = 0.0
@@ -176,6 +181,9 @@ class _Engine:
         """Clients send what their schedule (open loop) or a free slot (closed loop, capped) allows by now."""
         now, offsets, send = self.t, self.load.offsets, self.tr.send
         overhead = self.model.request_overhead_s
+        while self.releases and self.releases[0] <= now:
+            heapq.heappop(self.releases)
+            self.in_flight -= 1
         while self.next_send < self.n and self.in_flight < self.cap:
             at = now
             if offsets is not None:
@@ -208,6 +216,8 @@ class _Engine:
         offsets = self.load.offsets
         if offsets is not None and self.next_send < self.n and self.in_flight < self.cap:
             upcoming = min(upcoming, offsets[self.next_send])
+        if self.releases and self.next_send < self.n:
+            upcoming = min(upcoming, self.releases[0])
         return upcoming
 
     def schedule_running(self, dec: list[int], pre: list[int], pre_n: list[int]) -> tuple[int, bool]:
@@ -331,7 +341,9 @@ class _Engine:
                 if self.keep:
                     tr.last_step[r] = step
             self.finished += len(done)
-            self.in_flight -= len(done)
+            visible = self.model.stream_start_s
+            for r in done:
+                heapq.heappush(self.releases, max(end, tr.send[r] + visible))
         return len(done)
 
 
@@ -350,7 +362,7 @@ def run(cfg: EngineConfig, model: StepModel, load: Load, *, sample_every_s: floa
     budget_max = cfg.max_num_batched_tokens
     sample_dt = sample_every_s or 1.0
     next_sample = 0.0
-    while eng.finished < eng.next_send or eng.next_send < eng.n:
+    while eng.finished < eng.next_send or (eng.next_send < eng.n and eng.t < eng.deadline):
         eng.send_due()
         if not eng.running and not eng.waiting:
             upcoming = eng.next_event()
