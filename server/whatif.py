@@ -47,8 +47,8 @@ def register(mcp: MCPServer[Any]) -> None:
             "after the user agreed). Give the load (concurrency or rate, input_len, output_len) or reuse "
             "from_result's, and variants such as [{'max_num_batched_tokens': '8192'}, {'max_num_seqs': '64', "
             "'rate': '20'}]. Returns each variant in run_benchmark's result shape (simulated=true), a comparison "
-            "table, and the calibration's residuals. Ask this before proposing a restart; verify the chosen change with "
-            "run_benchmark afterwards."
+            "table, and the calibration's residuals. Ask this before proposing a restart; verify the chosen change "
+            "with run_benchmark afterwards."
         ),
         input_model=WhatIfInput, output_model=WhatIfOutput, run=_run, annotations=_MAY_PROBE,
     )
