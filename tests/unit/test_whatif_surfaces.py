@@ -93,7 +93,7 @@ async def test_mcp_tool(results: list[str]) -> None:
         assert tools["what_if"].annotations is not None
         assert tools["what_if"].annotations.read_only_hint is False  # probe=true sends load
         got = await client.call_tool("what_if", {"from_result": results, "concurrency": 8, "input_len": 64,
-                                                 "output_len": 32, "variants": [{"max_num_batched_tokens": "512"}]})
+                                                 "output_len": 32, "variants": [{"max_num_batched_tokens": 512}]})
         assert not got.is_error
         data = got.structured_content
         assert data is not None and [r["variant"] for r in data["table"]] == ["baseline", "max_num_batched_tokens=512"]

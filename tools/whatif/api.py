@@ -47,7 +47,7 @@ class WhatIfInput(BaseModel):
     confirm: bool = Field(default=False, description="must be true to probe a non-loopback target")
     serve_flags: dict[str, str] = Field(default={}, description="the server's current scheduler flags, e.g. "
                                                                 "{'max_num_seqs': '256'} (vLLM does not export them)")
-    variants: list[dict[str, str]] = Field(
+    variants: list[dict[str, str | int | float | bool]] = Field(
         default=[], description="each a set of changes to simulate, e.g. [{'max_num_batched_tokens': '8192'}, "
                                 "{'max_num_seqs': '64', 'rate': '20'}]; keys: " + ", ".join([*ENGINE_KEYS, *LOAD_KEYS]))
     # The load, as run_benchmark takes it; default: the load of the first from_result.
@@ -261,7 +261,8 @@ async def what_if(req: WhatIfInput) -> WhatIfOutput:
         base_engine = EngineConfig.model_validate({**base_engine.model_dump(), **upd})
     base_req = _base_request(req, first)
     baseline = _predict("baseline", {}, cal, base_engine, base_req, req)
-    variants = [_predict(_name(v), v, cal, base_engine, base_req, req) for v in req.variants]
+    variants = [_predict(_name(v), v, cal, base_engine, base_req, req)
+                for v in ({k: str(x) for k, x in var.items()} for var in req.variants)]
     if req.search_capacity:
         for p in [baseline, *variants]:
             p.capacity = await _capacity(p, cal, base_req, req)
