@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.tiny_models import ensure_tiny_models
 from support.vllm_server import VllmServer, start_vllm
 
-from vllm_tune.tools.whatif.accuracy import CASES, failures, run_case, table
+from vllm_tune.tools.whatif.accuracy import CASES, failures, run_case, summary_table, table
 
 
 async def main() -> int:
@@ -54,6 +54,9 @@ async def main() -> int:
                   f"{cal.max_abs_relative_error or 0:.0%}", flush=True)
         print()
         print(table(outcomes))
+        print()
+        print("measured (repeat) → predicted error:")
+        print(summary_table(outcomes))
         bad = failures(outcomes)
         judged = failures(outcomes, judgeable_only=True)
         print()
