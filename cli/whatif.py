@@ -85,7 +85,7 @@ _COLUMNS = [("variant", "variant", "{}"), ("max_num_seqs", "seqs", "{}"), ("max_
             ("median_ttft_ms", "TTFT p50", "{:.1f}"), ("p90_ttft_ms", "TTFT p90", "{:.1f}"),
             ("median_itl_ms", "ITL p50", "{:.2f}"), ("p90_itl_ms", "ITL p90", "{:.2f}"),
             ("median_tpot_ms", "TPOT p50", "{:.2f}"), ("request_goodput", "goodput", "{:.2f}"),
-            ("preemptions", "preempt", "{}"), ("max_waiting", "max wait", "{:.0f}"), ("capacity", "capacity", "{}")]
+            ("preemptions", "preempt", "{}"), ("max_waiting", "max wait", "{:.0f}"), ("capacity", "capacity", "{:.4g}")]
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -114,7 +114,7 @@ def _whatif(args: argparse.Namespace) -> int:
     print(f"calibration ({cal.source}, {cal.rounds} rounds{'' if cal.converged else ', not converged'}): step = "
           f"{m.fixed_s * 1e3:.2f} ms + {m.per_decode_seq_s * 1e3:.3f} ms/decode seq + "
           f"{m.per_prefill_token_s * 1e6:.2f} us/prefill token + {m.per_context_token_s * 1e9:.2f} ns/context token; "
-          f"request hand-off {m.request_overhead_s * 1e3:.1f} ms")
+          f"request hand-off {m.request_overhead_s * 1e3:.1f} ms, stream start {m.stream_start_s * 1e3:.1f} ms")
     if cal.max_abs_relative_error is not None:
         print(f"  reproduces its {cal.conditions.get('seen', {}).get('runs', '?')} runs within "
               f"{cal.max_abs_relative_error:.0%} (residuals in --json)")
