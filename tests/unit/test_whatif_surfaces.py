@@ -100,3 +100,12 @@ async def test_mcp_tool(results: list[str]) -> None:
         refused = await client.call_tool("what_if", {"url": "http://203.0.113.9:8000", "probe": True,
                                                      "concurrency": 4})
         assert refused.is_error
+
+
+@pytest.mark.anyio
+async def test_predictions_beyond_the_calibrated_range_are_flagged(results: list[str]) -> None:
+    out = await what_if(WhatIfInput(from_result=results, concurrency=16, input_len=128, output_len=64,
+                                    variants=[{"concurrency": "96"}, {"input_len": "1500"}]))
+    assert out.baseline.warnings == []
+    assert any("96 sequences per step" in w for w in out.variants[0].warnings)
+    assert any("1500-token prompts" in w for w in out.variants[1].warnings)
