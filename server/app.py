@@ -20,7 +20,7 @@ INSTRUCTIONS = (
 )
 
 # Area modules that each expose `register(mcp)`; listed so the wiring stays explicit.
-_AREAS = ("diagnose", "parallelism", "moe", "bench", "lint", "compare", "tune")
+_AREAS = ("diagnose", "parallelism", "moe", "bench", "lint", "compare", "tune", "whatif")
 
 
 class VllmTuneServer(MCPServer[Any]):

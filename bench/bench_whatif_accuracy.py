@@ -1,0 +1,74 @@
+"""what_if against real vLLM: calibrate on server A, predict six (config, load) pairs, run them, compare.
+
+Uses the suite's vLLM CPU server (tests/support; components from `python -m tests.support.provision`).
+Run it under the shared lock, it starts up to four servers one after another:
+
+    flock /tmp/vllm-tune-integration.lock .venv/bin/python bench/bench_whatif_accuracy.py
+
+Prints the calibration (coefficients and residuals on the probe runs) and the predicted-vs-measured
+table; a row outside its tolerance says NO, a change predicted the wrong way says WRONG.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from support.tiny_models import ensure_tiny_models
+from support.vllm_server import VllmServer, start_vllm
+
+from vllm_tune.tools.whatif.accuracy import CASES, failures, run_case, summary_table, table
+
+
+async def main() -> int:
+    models = ensure_tiny_models(build=False)
+    save = tempfile.mkdtemp(prefix="whatif-accuracy-")
+    servers: dict[tuple[tuple[str, str], ...], VllmServer] = {}
+
+    async def start(flags: dict[str, str]) -> str:
+        key = tuple(sorted(flags.items()))
+        if key not in servers:
+            for other in [k for k in servers if k]:  # keep A and at most one B alive (memory)
+                servers.pop(other).stop()
+            args = [x for kv in flags.items() for x in kv]
+            servers[key] = await asyncio.to_thread(start_vllm, models.llama, args)
+        return servers[key].url
+
+    try:
+        t0 = time.monotonic()
+        a_url = await start({})
+        outcomes = []
+        for i, case in enumerate(CASES):
+            cal, outcome = await run_case(a_url, {}, start, case, seed=100 + i, save_result=save)
+            outcomes.append(outcome)
+            m = cal.step_model
+            print(f"case {i + 1}/{len(CASES)} {case.name} ({time.monotonic() - t0:.0f} s): calibration "
+                  f"fixed {m.fixed_s * 1e3:.2f} ms, {m.per_decode_seq_s * 1e3:.3f} ms/seq, "
+                  f"{m.per_prefill_token_s * 1e6:.1f} us/prefill token, {m.per_context_token_s * 1e9:.1f} ns/ctx, "
+                  f"hand-off {m.request_overhead_s * 1e3:.1f} ms; residuals within "
+                  f"{cal.max_abs_relative_error or 0:.0%}", flush=True)
+        print()
+        print(table(outcomes))
+        print()
+        print("measured (repeat) → predicted error:")
+        print(summary_table(outcomes))
+        bad = failures(outcomes)
+        judged = failures(outcomes, judgeable_only=True)
+        print()
+        print(f"{len(bad)} outside the targets ({len(judged)} where the measurement repeated within the "
+              "tolerance)" + (":" if bad else ""))
+        for line in bad:
+            print("  " + line)
+        return 0
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))

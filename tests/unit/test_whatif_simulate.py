@@ -1,0 +1,161 @@
+"""The scheduler model against hand-computed schedules, and its result against run_benchmark's shape."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vllm_tune.tools.bench.api import BenchResult, RunBenchmarkInput
+from vllm_tune.tools.bench.metrics import describe
+from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.whatif.results import _weighted_stats, load_from_request, summarize
+from vllm_tune.tools.whatif.simulate import EngineConfig, Load, StepModel, run
+
+STEP = StepModel(fixed_s=0.010, per_decode_seq_s=0.001, per_prefill_token_s=0.0001, request_overhead_s=0.002)
+
+
+def test_single_request_times_are_the_step_sums() -> None:
+    cfg = EngineConfig(num_gpu_blocks=1000)
+    tr = run(cfg, STEP, Load(lens=[(100, 5)], offsets=[0.0]))
+    # Ready at 2 ms (overhead): the engine is idle until then, then one prefill step of 100 tokens.
+    assert tr.first[0] == pytest.approx(0.002 + 0.010 + 100 * 0.0001)
+    # Four more tokens, each a decode step with one sequence.
+    assert tr.last[0] - tr.first[0] == pytest.approx(4 * 0.011)
+    assert tr.steps == 5
+
+
+def test_chunked_prefill_splits_a_long_prompt_over_the_budget() -> None:
+    cfg = EngineConfig(num_gpu_blocks=1000, max_num_batched_tokens=512, max_num_seqs=8)
+    tr = run(cfg, STEP, Load(lens=[(1200, 2)], offsets=[0.0]))
+    # 512 + 512 + 176 tokens: three prefill steps before the first token.
+    assert tr.first[0] == pytest.approx(0.002 + 3 * 0.010 + 1200 * 0.0001)
+    unchunked = run(EngineConfig(num_gpu_blocks=1000, max_num_batched_tokens=2048), STEP,
+                    Load(lens=[(1200, 2)], offsets=[0.0]))
+    assert unchunked.first[0] < tr.first[0]
+
+
+def test_running_decodes_are_scheduled_before_a_new_prefill() -> None:
+    cfg = EngineConfig(num_gpu_blocks=1000, max_num_batched_tokens=64, max_num_seqs=8)
+    # Request 0 decodes; request 1 (60-token prompt) arrives later: it gets the budget left after the decode.
+    tr = run(cfg, StepModel(fixed_s=0.01, request_overhead_s=0.0, per_decode_seq_s=0, per_prefill_token_s=0),
+             Load(lens=[(10, 50), (64, 2)], offsets=[0.0, 0.05]))
+    # Request 1 is admitted at the step boundary after 0.05 s with 63 of 64 budget tokens (1 went to the
+    # decode), so its prompt takes two steps.
+    admitted = math.ceil(0.05 / 0.01 - 1e-9) * 0.01
+    assert tr.first[1] == pytest.approx(admitted + 2 * 0.01)
+
+
+def test_max_num_seqs_caps_running_and_the_rest_queue() -> None:
+    cfg = EngineConfig(num_gpu_blocks=10_000, max_num_seqs=4, max_num_batched_tokens=2048)
+    load = Load(lens=[(50, 40)] * 12, concurrency=12)
+    tr = run(cfg, STEP, load, sample_every_s=0.01)
+    assert max(p["running"] for p in tr.timeline) == 4
+    assert max(p["waiting"] for p in tr.timeline) == 8
+    # Twelve requests in three waves of four.
+    firsts = sorted(tr.first)
+    assert firsts[4] > firsts[3] + 30 * 0.010
+
+
+def test_preemption_takes_the_newest_running_request_and_everything_finishes() -> None:
+    # 12 blocks of 16 tokens: three requests of 40+60 tokens (7 blocks each at the end) cannot all fit.
+    cfg = EngineConfig(num_gpu_blocks=12, block_size=16, max_num_seqs=8, scheduler_reserve_full_isl=False)
+    tr = run(cfg, STEP, Load(lens=[(40, 60)] * 3, offsets=[0.0, 0.0, 0.0]))
+    assert tr.total_preemptions > 0
+    assert tr.preemptions[0] == 0  # the oldest is never the victim under FCFS
+    assert all(not math.isnan(x) for x in tr.last)
+    # A preempted request recomputes, so its decode phase shows a gap much longer than a step.
+    assert max(tr.odd_gaps) > 3 * max(tr.step_durations[:3])
+
+
+def test_full_prompt_reservation_holds_a_chunked_prompt_back_until_it_fits() -> None:
+    # A (200+200 tokens) runs; B's 1000-token prompt needs 63 of the 70 blocks but comes in 256-token chunks.
+    load = Load(lens=[(200, 200), (1000, 2)], offsets=[0.0, 0.0])
+    held = run(EngineConfig(num_gpu_blocks=70, block_size=16, max_num_batched_tokens=256), STEP, load)
+    assert held.total_preemptions == 0
+    assert held.first[1] > held.last[0]  # B waited at admission until A had finished
+    eager = run(EngineConfig(num_gpu_blocks=70, block_size=16, max_num_batched_tokens=256,
+                             scheduler_reserve_full_isl=False), STEP, load)
+    assert eager.total_preemptions > 0  # B was admitted chunk by chunk and ran out of blocks
+
+
+def test_more_kv_blocks_remove_preemptions() -> None:
+    lens = [(200, 100)] * 40
+    small = run(EngineConfig(num_gpu_blocks=60, block_size=16), STEP, Load(lens=lens, concurrency=16))
+    big = run(EngineConfig(num_gpu_blocks=5000, block_size=16), STEP, Load(lens=lens, concurrency=16))
+    assert small.total_preemptions > 0
+    assert big.total_preemptions == 0
+
+
+def test_closed_loop_keeps_concurrency_and_conserves_tokens() -> None:
+    cfg = EngineConfig(num_gpu_blocks=10_000)
+    load = Load(lens=[(30, 20)] * 50, concurrency=5)
+    tr = run(cfg, STEP, load, sample_every_s=0.005)
+    res = summarize(tr, load, cfg, STEP, percentiles=[50.0, 99.0])
+    assert res["completed"] == 50
+    assert res["total_output_tokens"] == 50 * 20
+    assert max(p["running"] + p["waiting"] for p in tr.timeline) == 5
+    BenchResult.model_validate(res)
+    assert res["simulated"] is True
+
+
+def test_weighted_itl_stats_equal_stats_of_the_expanded_list() -> None:
+    values, weights, extra = [0.010, 0.030, 0.020], [3, 1, 5], [0.1, 0.005]
+    expanded = [v for v, w in zip(values, weights, strict=True) for _ in range(w)] + extra
+    got = _weighted_stats(values, weights, extra, [50.0, 90.0, 99.0])
+    want = describe(expanded, [50.0, 90.0, 99.0])
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value)
+
+
+def test_load_from_request_uses_run_benchmarks_schedule() -> None:
+    req = RunBenchmarkInput(url="http://127.0.0.1:1", rate=10, num_prompts=30, input_len=77, output_len=9, seed=3)
+    load = load_from_request(req)
+    assert load.lens == [(77, 9)] * 30
+    assert load.offsets is not None and len(load.offsets) == 30
+    from vllm_tune.tools.bench.arrivals import rate_schedule
+    assert load.offsets == rate_schedule(30, 10, seed=3)
+    closed = load_from_request(RunBenchmarkInput(url="http://x", concurrency=4, num_prompts=8))
+    assert closed.offsets is None and closed.concurrency == 4
+
+
+def test_goodput_counts_requests_meeting_the_slo() -> None:
+    cfg = EngineConfig(num_gpu_blocks=10_000, max_num_seqs=2)
+    load = Load(lens=[(50, 10)] * 10, concurrency=10)
+    tr = run(cfg, STEP, load)
+    res = summarize(tr, load, cfg, STEP, percentiles=[50.0], slo_ms={"ttft": 100})
+    meeting = sum(1 for r in range(10) if (tr.first[r] - tr.send[r]) * 1000 <= 100)
+    assert 0 < meeting < 10
+    assert res["request_goodput"] == pytest.approx(meeting / res["duration"])
+
+
+def test_bad_configs_are_one_line_errors() -> None:
+    with pytest.raises(BadInputError, match="max_num_batched_tokens"):
+        run(EngineConfig(max_num_seqs=512, max_num_batched_tokens=256), STEP, Load(lens=[(1, 2)], concurrency=1))
+    with pytest.raises(BadInputError, match="KV blocks"):
+        run(EngineConfig(num_gpu_blocks=2, block_size=16), STEP, Load(lens=[(100, 2)], concurrency=1))
+
+
+def test_larger_token_budget_lowers_ttft_for_long_prompts_under_load() -> None:
+    lens = [(1500, 30)] * 60
+    offsets = [i * 0.05 for i in range(60)]
+    res = {}
+    for mbt in (512, 4096):
+        cfg = EngineConfig(num_gpu_blocks=50_000, max_num_batched_tokens=mbt)
+        load = Load(lens=lens, offsets=offsets)
+        res[mbt] = summarize(run(cfg, STEP, load), load, cfg, STEP, percentiles=[50.0])
+    assert res[4096]["median_ttft_ms"] < res[512]["median_ttft_ms"]
+
+
+def test_stream_start_floors_ttft_and_bundles_early_tokens() -> None:
+    cfg = EngineConfig(num_gpu_blocks=1000)
+    model = StepModel(fixed_s=0.001, per_decode_seq_s=0.0, per_prefill_token_s=0.0, stream_start_s=0.050)
+    load = Load(lens=[(10, 21)] * 3, concurrency=1)
+    tr = run(cfg, model, load)
+    res = summarize(tr, load, cfg, model, percentiles=[50.0])
+    # The engine makes all 21 tokens in 21 ms; the client sees them all at 50 ms, in one burst.
+    assert res["median_ttft_ms"] == pytest.approx(50.0)
+    assert res["median_tpot_ms"] == pytest.approx(0.0)
+    assert res["median_itl_ms"] == pytest.approx(0.0)
+    # The closed-loop client sends its next request only when it has seen the last token.
+    assert tr.send[1] == pytest.approx(0.050)

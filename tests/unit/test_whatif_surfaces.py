@@ -1,0 +1,111 @@
+"""what_if through its CLI, its MCP tool and predict_gain, on saved results of a known step model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from vllm_tune.cli.main import main
+from vllm_tune.server.app import build_server
+from vllm_tune.tools.bench.api import RunBenchmarkInput
+from vllm_tune.tools.whatif.api import WhatIfInput, predict_gain, what_if
+from vllm_tune.tools.whatif.calibrate import DEFAULT_PROBE, calibrate_from_results
+from vllm_tune.tools.whatif.results import load_from_request, summarize
+from vllm_tune.tools.whatif.simulate import EngineConfig, StepModel, run
+
+TRUE = StepModel(fixed_s=0.004, per_decode_seq_s=0.0005, per_prefill_token_s=0.00004, request_overhead_s=0.002)
+ENGINE = EngineConfig(num_gpu_blocks=16384, block_size=128)
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> list[str]:
+    """Saved results (as run_benchmark writes them) of the default probe loads served by TRUE."""
+    paths = []
+    for i, p in enumerate(DEFAULT_PROBE):
+        req = RunBenchmarkInput(url="http://127.0.0.1:1", concurrency=p.concurrency, num_prompts=p.num_prompts,
+                                input_len=p.input_len, output_len=p.output_len, seed=i)
+        load = load_from_request(req)
+        res = summarize(run(ENGINE, TRUE, load), load, ENGINE, TRUE, percentiles=[50.0, 90.0])
+        res.update(input_lens=[x for x, _ in load.lens], output_lens=[y for _, y in load.lens],
+                   server={"cache_config": {"num_gpu_blocks": "16384", "block_size": "128"}},
+                   provenance={"server_url": "http://127.0.0.1:8000", "seed": i, "max_model_len": 2048,
+                               "load": {"concurrency": p.concurrency},
+                               "workload": {"kind": "random", "input_len": p.input_len, "output_len": p.output_len}})
+        d = tmp_path / f"run{i}"
+        d.mkdir()
+        (d / "result.json").write_text(json.dumps(res))
+        paths.append(str(d))
+    return paths
+
+
+def test_cli_compares_variants_in_one_table(results: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["whatif", *[a for p in results for a in ("--from", p)], "--concurrency", "24", "--input-len",
+                 "128", "--output-len", "64", "--num-prompts", "96", "--set", "max_num_seqs=4",
+                 "--set", "max_num_batched_tokens=4096,concurrency=48"])
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = [ln for ln in out.splitlines() if ln.startswith(("baseline", "max_num"))]
+    names = [ln.split()[0] for ln in lines]
+    assert names == ["baseline", "max_num_seqs=4", "max_num_batched_tokens=4096,concurrency=48"]
+    assert "calibration (results" in out
+
+
+def test_cli_json_and_direction_of_a_queueing_change(results: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["whatif", "--from", results[0], "--from", results[3], "--from", results[4], "--concurrency", "24",
+                 "--input-len", "128", "--output-len", "64", "--set", "max_num_seqs=4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    base, fewer = data["baseline"]["result"], data["variants"][0]["result"]
+    assert base["simulated"] is True
+    assert fewer["median_ttft_ms"] > 2 * base["median_ttft_ms"]  # 20 of 24 requests now queue
+    assert fewer["simulation"]["max_waiting"] >= 19
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(results: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["whatif", "--from", results[0], "--concurrency", "4", "--set", "max_num_sequences=4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown setting 'max_num_sequences'" in err[0]
+    assert main(["whatif", "--concurrency", "4"]) == 2
+    assert "give a calibration" in capsys.readouterr().err
+
+
+@pytest.mark.anyio
+async def test_predicted_capacity_and_gain(results: list[str]) -> None:
+    out = await what_if(WhatIfInput(from_result=results, rate=5.0, input_len=128, output_len=64, num_prompts=200,
+                                    variants=[{"max_num_seqs": "2"}], slo={"ttft": 300}, search_capacity=True,
+                                    slo_percentile=90.0))
+    base_cap, small_cap = out.baseline.capacity, out.variants[0].capacity
+    assert base_cap is not None and small_cap is not None
+    assert base_cap.capacity is not None
+    assert (small_cap.capacity or 0.0) < base_cap.capacity  # two sequences at a time sustain less
+    cal = calibrate_from_results(results)
+    load = {"concurrency": 24, "input_len": 128, "output_len": 64, "num_prompts": 96}
+    assert predict_gain(cal, {"max_num_seqs": "4"}, load=load) < 0
+    assert predict_gain(cal, {"max_num_seqs": "4"}, load=load, metric="median_ttft_ms") < 0
+
+
+@pytest.mark.anyio
+async def test_mcp_tool(results: list[str]) -> None:
+    async with Client(build_server()) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert tools["what_if"].annotations is not None
+        assert tools["what_if"].annotations.read_only_hint is False  # probe=true sends load
+        got = await client.call_tool("what_if", {"from_result": results, "concurrency": 8, "input_len": 64,
+                                                 "output_len": 32, "variants": [{"max_num_batched_tokens": 512}]})
+        assert not got.is_error
+        data = got.structured_content
+        assert data is not None and [r["variant"] for r in data["table"]] == ["baseline", "max_num_batched_tokens=512"]
+        refused = await client.call_tool("what_if", {"url": "http://203.0.113.9:8000", "probe": True,
+                                                     "concurrency": 4})
+        assert refused.is_error
+
+
+@pytest.mark.anyio
+async def test_predictions_beyond_the_calibrated_range_are_flagged(results: list[str]) -> None:
+    out = await what_if(WhatIfInput(from_result=results, concurrency=16, input_len=128, output_len=64,
+                                    variants=[{"concurrency": "96"}, {"input_len": "1500"}]))
+    assert out.baseline.warnings == []
+    assert any("96 sequences per step" in w for w in out.variants[0].warnings)
+    assert any("1500-token prompts" in w for w in out.variants[1].warnings)

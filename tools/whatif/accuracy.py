@@ -1,0 +1,247 @@
+"""The accuracy protocol of what_if: calibrate on server A, predict (config, load) pairs B, run B for real.
+
+Shared by bench/bench_whatif_accuracy.py and the integration test, which supply the servers (a
+callable that starts `vllm serve` with extra flags and returns its URL). On a shared, noisy host every
+case is measured close together in time: a short probe calibrates on A, the same load as B runs on A
+(the reference for the direction of the change), then B runs twice. The second run of B says how well
+the measurement itself repeats; a metric whose two measurements differ by more than its tolerance
+cannot be judged against the tolerance, and the table says so instead of hiding it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_tune.tools.bench.api import RunBenchmarkInput, run_benchmark
+from vllm_tune.tools.whatif.calibrate import Calibration, ProbePoint, engine_from, fit, observed_from_result, probe
+from vllm_tune.tools.whatif.results import load_from_request, summarize
+from vllm_tune.tools.whatif.simulate import EngineConfig, run
+
+# Targets of issue 16: p50s and throughput within 20 %, p90s within 35 %, every clear change in the right
+# direction. A change smaller than NOISE_BAND in the measurement is not judged for direction.
+P50_TOLERANCE = 0.20
+P90_TOLERANCE = 0.35
+NOISE_BAND = 0.10
+METRICS = ("request_throughput", "median_ttft_ms", "median_itl_ms", "median_tpot_ms", "p90_ttft_ms",
+           "p90_itl_ms", "p90_tpot_ms")
+LOWER_IS_BETTER = {m: m != "request_throughput" for m in METRICS}
+
+
+@dataclass
+class Case:
+    name: str
+    flags: dict[str, str]  # server flags of B beyond A's (empty: B runs on A)
+    load: dict[str, Any]  # RunBenchmarkInput fields of the load
+    expect: str = ""  # "queues" or "preempts": what the case is there to exercise
+
+
+# A shorter probe than the default (three closed loops, ~130 requests) so that it can run before every case.
+# Outputs are long enough that the engine, not the start of the response stream, sets each request's time.
+QUICK_PROBE = [
+    ProbePoint(concurrency=8, input_len=64, output_len=128, num_prompts=32),
+    ProbePoint(concurrency=32, input_len=128, output_len=96, num_prompts=64),
+    ProbePoint(concurrency=8, input_len=512, output_len=64, num_prompts=32),
+]
+
+
+@dataclass
+class Row:
+    case: str
+    metric: str
+    reference: float
+    measured: float
+    predicted: float
+    predicted_reference: float
+    repeat: float = math.nan  # the same B measured again right after
+
+    @property
+    def repeat_spread(self) -> float:
+        return abs(self.repeat - self.measured) / self.measured if self.measured else math.nan
+
+    @property
+    def judgeable(self) -> bool:
+        """False when B's own repeat differs by more than the tolerance: the host was too noisy to judge."""
+        return math.isnan(self.repeat) or self.repeat_spread <= self.tolerance
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.measured) / self.measured if self.measured else math.nan
+
+    @property
+    def tolerance(self) -> float:
+        return P90_TOLERANCE if self.metric.startswith("p90") else P50_TOLERANCE
+
+    @property
+    def within(self) -> bool:
+        return abs(self.error) <= self.tolerance
+
+    @property
+    def measured_change(self) -> float:
+        return (self.measured - self.reference) / self.reference if self.reference else math.nan
+
+    @property
+    def predicted_change(self) -> float:
+        ref = self.predicted_reference
+        return (self.predicted - ref) / ref if ref else math.nan
+
+    @property
+    def direction_judged(self) -> bool:
+        return abs(self.measured_change) >= NOISE_BAND
+
+    @property
+    def direction_right(self) -> bool:
+        return not self.direction_judged or (self.measured_change > 0) == (self.predicted_change > 0)
+
+
+@dataclass
+class CaseOutcome:
+    case: Case
+    rows: list[Row] = field(default_factory=list)
+    measured_preemptions: float = 0.0
+    predicted_preemptions: int = 0
+    measured_max_waiting: float = 0.0
+    predicted_max_waiting: float = 0.0
+
+
+def predict(cal: Calibration, engine: EngineConfig, req: RunBenchmarkInput) -> dict[str, Any]:
+    load = load_from_request(req)
+    return summarize(run(engine, cal.step_model, load), load, engine, cal.step_model, percentiles=[50.0, 90.0])
+
+
+async def measure(url: str, case: Case, seed: int, save_result: str) -> dict[str, Any]:
+    req = RunBenchmarkInput(url=url, percentiles=[50.0, 90.0], seed=seed, save_result=save_result,
+                            warmup_requests=2, label=case.name, **case.load)
+    out = await run_benchmark(req)
+    assert out.result is not None
+    return out.result.model_dump(mode="json")
+
+
+StartServer = Callable[[dict[str, str]], Awaitable[str]]
+
+
+async def run_case(a_url: str, a_flags: dict[str, str], start: StartServer, case: Case, seed: int,
+                   save_result: str, points: list[ProbePoint] | None = None) -> tuple[Calibration, CaseOutcome]:
+    """Calibrate on A, reference on A, then B twice (on a server with the case's flags); all predicted.
+
+    When B changes only server flags, A's run of the same load is part of the calibration (calibrate on
+    run A, predict B); when B changes the load, the calibration has only the probe, whose loads differ."""
+    b_url = await start(case.flags) if case.flags else a_url  # started first: its start-up is not in the window
+    observed, engine, conditions = await probe(a_url, points=points or QUICK_PROBE, serve_flags=a_flags,
+                                               save_result=save_result)
+    ref_req = RunBenchmarkInput(url=a_url, seed=seed, **case.load)
+    ref = await measure(a_url, case, seed, save_result)
+    if case.flags:
+        observed.append(observed_from_result(ref, "A, same load"))
+    cal = fit(observed, engine, source="probe", conditions=conditions)
+    got = await measure(b_url, case, seed, save_result)
+    again = await measure(b_url, case, seed + 1000, save_result)
+    b_flags = {**a_flags, **case.flags}
+    cache = dict((got.get("server") or {}).get("cache_config") or {})
+    b_engine = engine_from(cache, b_flags, cal.engine.max_model_len) if cache else \
+        cal.engine.model_copy(update=_engine_updates(b_flags))
+    pred_ref = predict(cal, cal.engine, ref_req)
+    pred = predict(cal, b_engine, ref_req)
+    outcome = CaseOutcome(case)
+    for metric in METRICS:
+        outcome.rows.append(Row(case.name, metric, float(ref[metric]), float(got[metric]), float(pred[metric]),
+                                float(pred_ref[metric]), float(again[metric])))
+    server = got.get("server") or {}
+    outcome.measured_preemptions = float(server.get("preemptions") or 0.0)
+    outcome.measured_max_waiting = float(server.get("max_waiting") or 0.0)
+    outcome.predicted_preemptions = int(pred["simulation"]["preemptions"])
+    outcome.predicted_max_waiting = float(pred["simulation"]["max_waiting"])
+    return cal, outcome
+
+
+def _engine_updates(flags: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in ("max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks_override", "block_size"):
+        for name in (key, "--" + key.replace("_", "-")):
+            if name in flags:
+                out["num_gpu_blocks" if key == "num_gpu_blocks_override" else key] = int(flags[name])
+    return out
+
+
+def table(outcomes: list[CaseOutcome]) -> str:
+    """Markdown table: every case and metric, predicted vs measured, error, tolerance, direction."""
+    lines = ["| case | metric | measured | repeat | predicted | error | within | change measured / predicted | dir |",
+             "|---|---|---:|---:|---:|---:|:-:|---:|:-:|"]
+    for oc in outcomes:
+        for r in oc.rows:
+            direction = "ok" if r.direction_right else "WRONG"
+            if not r.direction_judged:
+                direction = "~"  # measured change inside the noise band
+            within = ("yes" if r.within else "NO") + f" (±{r.tolerance:.0%})"
+            if not r.judgeable:
+                within += " noisy"
+            lines.append(f"| {r.case} | {r.metric} | {r.measured:.2f} | {r.repeat:.2f} | {r.predicted:.2f} | "
+                         f"{r.error:+.0%} | {within} | {r.measured_change:+.0%} / {r.predicted_change:+.0%} | "
+                         f"{direction} |")
+        lines.append(f"| {oc.case.name} | preemptions / max waiting | {oc.measured_preemptions:.0f} / "
+                     f"{oc.measured_max_waiting:.0f} | {oc.predicted_preemptions} / {oc.predicted_max_waiting:.0f} "
+                     "| | | | |")
+    return "\n".join(lines)
+
+
+def failures(outcomes: list[CaseOutcome], *, judgeable_only: bool = False) -> list[str]:
+    """Every miss of the targets; with judgeable_only, leave out metrics whose measurement did not repeat."""
+    out: list[str] = []
+    for oc in outcomes:
+        for r in oc.rows:
+            if judgeable_only and not r.judgeable:
+                continue
+            if not r.within:
+                out.append(f"{r.case} {r.metric}: predicted {r.predicted:.1f} vs measured {r.measured:.1f} "
+                           f"({r.error:+.0%}, tolerance ±{r.tolerance:.0%})")
+            if not r.direction_right:
+                out.append(f"{r.case} {r.metric}: change measured {r.measured_change:+.0%}, predicted "
+                           f"{r.predicted_change:+.0%}")
+        if oc.case.expect == "preempts" and not (oc.measured_preemptions > 0 and oc.predicted_preemptions > 0):
+            out.append(f"{oc.case.name}: expected preemptions (measured {oc.measured_preemptions:.0f}, "
+                       f"predicted {oc.predicted_preemptions})")
+        if oc.case.expect == "queues" and not (oc.measured_max_waiting > 0 and oc.predicted_max_waiting > 0):
+            out.append(f"{oc.case.name}: expected a queue (measured max waiting {oc.measured_max_waiting:.0f}, "
+                       f"predicted {oc.predicted_max_waiting:.0f})")
+    return out
+
+
+# Six (config, load) pairs that each differ from the calibration probe (closed loops at concurrency
+# 1-24, prompts 32-512 tokens, outputs 32-64, on a server with vLLM's CPU defaults 128 / 2048).
+CASES = [
+    Case("concurrency 48, 192 in / 96 out", {}, {"concurrency": 48, "num_prompts": 144, "input_len": 192,
+                                                 "output_len": 96}),
+    Case("Poisson 6 req/s, 256 in / 64 out", {}, {"rate": 6.0, "num_prompts": 90, "input_len": 256,
+                                                  "output_len": 64}),
+    Case("long prompts 900 in / 40 out, c=6", {}, {"concurrency": 6, "num_prompts": 48, "input_len": 900,
+                                                   "output_len": 40}),
+    Case("max_num_seqs 6, c=24 (queues)", {"--max-num-seqs": "6"},
+         {"concurrency": 24, "num_prompts": 96, "input_len": 128, "output_len": 64}, expect="queues"),
+    Case("max_num_batched_tokens 256, 700 in, c=8", {"--max-num-batched-tokens": "256"},
+         {"concurrency": 8, "num_prompts": 64, "input_len": 700, "output_len": 48}),
+    Case("12 KV blocks, c=12 (preempts)", {"--num-gpu-blocks-override": "12"},
+         {"concurrency": 12, "num_prompts": 72, "input_len": 200, "output_len": 160}, expect="preempts"),
+]
+
+
+SUMMARY_METRICS = ("request_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms", "p90_ttft_ms")
+
+
+def summary_table(outcomes: list[CaseOutcome]) -> str:
+    """One line per case: measured (its repeat) -> predicted (error) for the headline metrics."""
+    heads = ["req/s", "TTFT p50 ms", "TPOT p50 ms", "ITL p50 ms", "TTFT p90 ms"]
+    lines = ["| case | " + " | ".join(heads) + " | preempt. meas/pred | judged within / judged |",
+             "|---|" + "---:|" * len(heads) + "---:|---:|"]
+    for oc in outcomes:
+        by = {r.metric: r for r in oc.rows}
+        cells = []
+        for m in SUMMARY_METRICS:
+            r = by[m]
+            err = f"{r.error:+.0%}" if math.isfinite(r.error) else "n/a"
+            cells.append(f"{r.measured:.1f} ({r.repeat:.1f}) → {r.predicted:.1f} {err}")
+        judged = [r for r in oc.rows if r.judgeable]
+        lines.append(f"| {oc.case.name} | " + " | ".join(cells) + f" | {oc.measured_preemptions:.0f}/"
+                     f"{oc.predicted_preemptions} | {sum(r.within for r in judged)}/{len(judged)} |")
+    return "\n".join(lines)

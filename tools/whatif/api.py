@@ -1,0 +1,300 @@
+"""what_if: predict what a flag or load change does to TTFT/ITL/throughput, before restarting anything.
+
+One input model and one output model shared by the CLI, `--json` and the MCP schema. A prediction
+needs a calibration of the server's step times: a saved one, one fitted on saved run_benchmark
+results (sends nothing), or a short probe of the live server (sends load: loopback or allowlisted
+targets only, and confirmed like run_benchmark). Each variant changes scheduler settings and/or the
+load; all are simulated with the same calibration and compared with the unchanged baseline.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from vllm_tune.tools.bench.api import MAX_REQUESTS, BenchResult, RunBenchmarkInput, check_target
+from vllm_tune.tools.bench.capacity import CapacityResult, SearchVariable, search_capacity
+from vllm_tune.tools.bench.metrics import check_goodput
+from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.whatif import calibrate as cal_mod
+from vllm_tune.tools.whatif.calibrate import Calibration
+from vllm_tune.tools.whatif.results import load_from_request, summarize
+from vllm_tune.tools.whatif.simulate import EngineConfig, run
+
+ENGINE_KEYS = {"max_num_seqs": int, "max_num_batched_tokens": int, "num_gpu_blocks": int, "block_size": int,
+               "long_prefill_token_threshold": int, "watermark": float, "max_model_len": int,
+               "enable_chunked_prefill": bool, "scheduler_reserve_full_isl": bool}
+LOAD_KEYS = {"rate": float, "concurrency": int, "max_concurrency": int, "burstiness": float, "num_prompts": int,
+             "input_len": int, "output_len": int, "duration_s": float}
+_ALIASES = {"num_gpu_blocks_override": "num_gpu_blocks", "request_rate": "rate", "max_concurrent": "max_concurrency"}
+
+
+class WhatIfInput(BaseModel):
+    """Where the calibration comes from, the load to predict for, and the variants to compare."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = Field(default=None, description="live vLLM server to probe (with probe=true)")
+    from_result: list[str] = Field(default=[], description="saved run_benchmark results (result.json or run dir) "
+                                                           "to calibrate on; nothing is sent")
+    calibration: str | None = Field(default=None, description="a saved what_if calibration JSON")
+    probe: bool = Field(default=False, description="calibrate by a short probe load on url (~290 "
+                                                   "requests at concurrency 4-32): SENDS LOAD")
+    metrics_window_s: float | None = Field(default=None, ge=8, le=600,
+                                           description="calibrate passively from url's /metrics over this many "
+                                                       "seconds of its own traffic (GET only, sends no load)")
+    confirm: bool = Field(default=False, description="must be true to probe a non-loopback target")
+    serve_flags: dict[str, str] = Field(default={}, description="the server's current scheduler flags, e.g. "
+                                                                "{'max_num_seqs': '256'} (vLLM does not export them)")
+    variants: list[dict[str, str | int | float | bool]] = Field(
+        default=[], description="each a set of changes to simulate, e.g. [{'max_num_batched_tokens': '8192'}, "
+                                "{'max_num_seqs': '64', 'rate': '20'}]; keys: " + ", ".join([*ENGINE_KEYS, *LOAD_KEYS]))
+    # The load, as run_benchmark takes it; default: the load of the first from_result.
+    concurrency: int | None = Field(default=None, ge=1, le=65_536)
+    rate: float | None = Field(default=None, gt=0, le=1_000_000)
+    arrival: Literal["poisson", "constant", "gamma"] = "poisson"
+    burstiness: float = Field(default=1.0, gt=0, le=100)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    trace: str | None = Field(default=None, description="JSONL trace to replay (as run_benchmark)")
+    num_prompts: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
+    duration_s: float | None = Field(default=None, gt=0, le=1_800)
+    input_len: int | None = Field(default=None, ge=1, le=1_000_000)
+    output_len: int | None = Field(default=None, ge=1, le=1_000_000)
+    seed: int = 0
+    slo: dict[str, float] = Field(default={}, description="SLO in ms (ttft, tpot, e2el) for goodput")
+    percentiles: list[float] = Field(default=[50.0, 90.0, 99.0])
+    search_capacity: bool = Field(default=False, description="also predict the highest load meeting the SLO, "
+                                                             "for the baseline and every variant (no load sent)")
+    search_variable: SearchVariable = "rate"
+    slo_percentile: float = Field(default=99.0, gt=0, lt=100)
+    save_calibration: str | None = Field(default=None, description="write the calibration JSON here")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WhatIfInput:
+        sources = sum([bool(self.calibration), bool(self.from_result), self.probe, self.metrics_window_s is not None])
+        if sources == 0:
+            raise ValueError("give a calibration: calibration=FILE, from_result=[RESULT...], probe=true with url, "
+                             "or metrics_window_s with url")
+        if sources > 1:
+            raise ValueError("give one calibration source: calibration, from_result, probe or metrics_window_s")
+        if (self.probe or self.metrics_window_s is not None) and not self.url:
+            raise ValueError("probe and metrics_window_s need url")
+        if sum(x is not None for x in (self.concurrency, self.rate, self.trace)) > 1:
+            raise ValueError("choose one load shape: concurrency, rate or trace")
+        try:
+            check_goodput(self.slo)
+        except BadInputError as exc:
+            raise ValueError(str(exc)) from None
+        if self.search_capacity and not self.slo:
+            raise ValueError("search_capacity needs an SLO, e.g. slo={'ttft': 500}")
+        return self
+
+
+class Prediction(BaseModel):
+    name: str
+    changes: dict[str, str] = Field(default_factory=dict)
+    engine: EngineConfig
+    load: dict[str, Any] = Field(description="the load simulated")
+    result: BenchResult = Field(description="simulated run in run_benchmark's result shape (simulated=true)")
+    capacity: CapacityResult | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+class WhatIfOutput(BaseModel):
+    calibration: Calibration
+    baseline: Prediction
+    variants: list[Prediction] = Field(default_factory=list)
+    table: list[dict[str, Any]] = Field(default_factory=list, description="one row per prediction")
+    calibration_path: str | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+def parse_changes(changes: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a variant into engine and load updates, typed; unknown keys are one clear error."""
+    engine: dict[str, Any] = {}
+    load: dict[str, Any] = {}
+    for raw_key, raw in changes.items():
+        key = raw_key.strip().lstrip("-").replace("-", "_")
+        key = _ALIASES.get(key, key)
+        kind = ENGINE_KEYS.get(key) or LOAD_KEYS.get(key)
+        if kind is None:
+            raise BadInputError(f"unknown setting {raw_key!r}; what_if models: {', '.join([*ENGINE_KEYS, *LOAD_KEYS])}")
+        try:
+            value: Any = (str(raw).lower() in ("1", "true", "yes", "on")) if kind is bool else kind(raw)
+        except ValueError:
+            raise BadInputError(f"{raw_key}={raw!r}: expected a {kind.__name__}") from None
+        (engine if key in ENGINE_KEYS else load)[key] = value
+    return engine, load
+
+
+def _base_request(req: WhatIfInput, first_result: dict[str, Any] | None) -> RunBenchmarkInput:
+    fields: dict[str, Any] = {"url": req.url or "http://127.0.0.1:1", "arrival": req.arrival,
+                              "burstiness": req.burstiness, "seed": req.seed}
+    if first_result is not None and req.concurrency is None and req.rate is None and req.trace is None:
+        prov = first_result.get("provenance") or {}
+        load, work = prov.get("load") or {}, prov.get("workload") or {}
+        if load.get("concurrency"):
+            fields["concurrency"] = int(load["concurrency"])
+        elif load.get("rate"):
+            fields["rate"] = float(load["rate"])
+            fields["max_concurrency"] = load.get("max_concurrency")
+        fields["num_prompts"] = int(first_result.get("num_prompts") or 0) or None
+        fields["input_len"] = int(work.get("input_len") or 256)
+        fields["output_len"] = int(work.get("output_len") or 128)
+    for name in ("concurrency", "rate", "max_concurrency", "trace", "num_prompts", "duration_s", "input_len",
+                 "output_len"):
+        value = getattr(req, name)
+        if value is not None:
+            fields[name] = value
+    if not any(fields.get(k) for k in ("concurrency", "rate", "trace")):
+        raise BadInputError("what load? give concurrency, rate or trace (or from_result, whose load is reused)")
+    return RunBenchmarkInput(**fields)
+
+
+def _calibrate(req: WhatIfInput) -> tuple[Calibration, dict[str, Any] | None]:
+    if req.calibration:
+        return cal_mod.load_calibration(req.calibration), None
+    if req.from_result:
+        first = cal_mod.read_result(req.from_result[0])
+        return cal_mod.calibrate_from_results(req.from_result, serve_flags=req.serve_flags or None), first
+    raise AssertionError("probe calibrations are made by what_if() itself")
+
+
+def _range_warnings(cal: Calibration, engine: EngineConfig, load_req: RunBenchmarkInput) -> list[str]:
+    """Say when a prediction leaves the batch sizes and prompt lengths the calibration saw."""
+    seen = cal.conditions.get("seen") or {}
+    out: list[str] = []
+    conc = load_req.concurrency or load_req.max_concurrency
+    max_batch = seen.get("max_concurrency")
+    # 1.25x: on the suite's CPU server the per-sequence cost already grew several-fold between concurrency 32
+    # (the probe's largest) and 48, so even a modest step past the calibrated range is flagged.
+    if max_batch and conc and min(conc, engine.max_num_seqs) > 1.25 * max_batch:
+        out.append(f"extrapolating: up to {min(conc, engine.max_num_seqs)} sequences per step, the calibration saw "
+                   f"at most {max_batch}")
+    max_in = seen.get("max_input_len")
+    if max_in and load_req.input_len > 1.25 * max_in:
+        out.append(f"extrapolating: {load_req.input_len}-token prompts, the calibration saw at most {max_in}")
+    return out
+
+
+def _predict(name: str, changes: dict[str, str], cal: Calibration, base_engine: EngineConfig,
+             base_req: RunBenchmarkInput, req: WhatIfInput) -> Prediction:
+    engine_upd, load_upd = parse_changes(changes)
+    engine = base_engine.model_copy(update=engine_upd)
+    engine = EngineConfig.model_validate(engine.model_dump())
+    if "rate" in load_upd:
+        load_upd.setdefault("concurrency", None)
+    if load_upd.get("concurrency"):
+        load_upd.setdefault("rate", None)
+    load_req = RunBenchmarkInput.model_validate({**base_req.model_dump(), **load_upd})
+    load = load_from_request(load_req)
+    trace = run(engine, cal.step_model, load)
+    result = summarize(trace, load, engine, cal.step_model, percentiles=req.percentiles, slo_ms=req.slo or None,
+                       label=name)
+    warnings = _range_warnings(cal, engine, load_req)
+    if result["failed"]:
+        warnings.append(f"{result['failed']} requests were never sent or never finished in the simulation")
+    load_view = {k: v for k, v in load_req.model_dump().items()
+                 if k in ("concurrency", "rate", "arrival", "burstiness", "max_concurrency", "trace", "num_prompts",
+                          "duration_s", "input_len", "output_len") and v is not None}
+    return Prediction(name=name, changes=dict(changes), engine=engine, load=load_view,
+                      result=BenchResult.model_validate(result), warnings=warnings)
+
+
+async def _capacity(pred: Prediction, cal: Calibration, base_req: RunBenchmarkInput,
+                    req: WhatIfInput) -> CapacityResult:
+    async def measure(variable: SearchVariable, value: float, phase: str) -> dict[str, Any]:
+        rate = value if variable == "rate" and phase != "probe" else None
+        conc = int(value) if variable == "concurrency" or phase == "probe" else None
+        load_req = RunBenchmarkInput.model_validate({**base_req.model_dump(), "rate": rate, "concurrency": conc,
+                                                     "num_prompts": max(200, base_req.num_prompts or 0),
+                                                     "seed": req.seed})
+        load = load_from_request(load_req)
+        return summarize(run(pred.engine, cal.step_model, load), load, pred.engine, cal.step_model,
+                         percentiles=[50.0, req.slo_percentile], slo_ms=req.slo)
+
+    upper = None
+    return await search_capacity(measure, variable=req.search_variable, slo_ms=req.slo, pct=req.slo_percentile,
+                                 upper=upper, probe_concurrency=max(1, min(pred.engine.max_num_seqs, 1024)),
+                                 repeats=1)
+
+
+TABLE_METRICS = ("request_throughput", "output_throughput", "median_ttft_ms", "p90_ttft_ms", "median_itl_ms",
+                 "p90_itl_ms", "median_tpot_ms", "request_goodput")
+
+
+def table_row(p: Prediction) -> dict[str, Any]:
+    res = p.result.model_dump()
+    row: dict[str, Any] = {"variant": p.name, "max_num_seqs": p.engine.max_num_seqs,
+                           "max_num_batched_tokens": p.engine.max_num_batched_tokens,
+                           "load": ", ".join(f"{k}={v}" for k, v in p.load.items()
+                                             if k in ("concurrency", "rate", "input_len", "output_len"))}
+    for m in TABLE_METRICS:
+        row[m] = res.get(m)
+    sim = res.get("simulation") or {}
+    row["preemptions"] = sim.get("preemptions")
+    row["max_waiting"] = sim.get("max_waiting")
+    if p.capacity is not None:
+        row["capacity"] = p.capacity.capacity
+    return row
+
+
+async def what_if(req: WhatIfInput) -> WhatIfOutput:
+    """Calibrate (or load a calibration), then simulate the baseline and every variant."""
+    first: dict[str, Any] | None = None
+    if req.probe:
+        assert req.url is not None
+        check_target(RunBenchmarkInput(url=req.url, concurrency=1, confirm=req.confirm))
+        cal = await cal_mod.calibrate_by_probe(req.url, serve_flags=req.serve_flags or None, confirm=req.confirm)
+    elif req.metrics_window_s is not None:
+        assert req.url is not None
+        from vllm_tune.tools.whatif.passive import calibrate_from_metrics
+
+        cal = await calibrate_from_metrics(req.url, window_s=req.metrics_window_s,
+                                           serve_flags=req.serve_flags or None)
+    else:
+        cal, first = _calibrate(req)
+    path = str(cal_mod.save(cal, req.save_calibration)) if req.save_calibration else None
+    base_engine = cal.engine
+    if req.serve_flags:
+        upd, _ = parse_changes({k: v for k, v in req.serve_flags.items()
+                                if k.lstrip("-").replace("-", "_") in ENGINE_KEYS})
+        base_engine = EngineConfig.model_validate({**base_engine.model_dump(), **upd})
+    base_req = _base_request(req, first)
+    baseline = _predict("baseline", {}, cal, base_engine, base_req, req)
+    variants = [_predict(_name(v), v, cal, base_engine, base_req, req)
+                for v in ({k: str(x) for k, x in var.items()} for var in req.variants)]
+    if req.search_capacity:
+        for p in [baseline, *variants]:
+            p.capacity = await _capacity(p, cal, base_req, req)
+    notes = ["predictions come from a scheduler simulation calibrated on this server's step times; what it "
+             "leaves out (prefix-cache hits, speculative decoding, async-scheduling overlap) is listed in "
+             "kb://entries/whatif.simplifications"]
+    if cal.max_abs_relative_error is not None and cal.max_abs_relative_error > 0.2:
+        notes.append(f"the calibration reproduces its own runs only within {cal.max_abs_relative_error:.0%}; "
+                     "treat small predicted differences as noise")
+    return WhatIfOutput(calibration=cal, baseline=baseline, variants=variants,
+                        table=[table_row(p) for p in [baseline, *variants]], calibration_path=path, notes=notes)
+
+
+def _name(changes: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in changes.items()) or "baseline"
+
+
+def predict_gain(calibration: Calibration, changes: dict[str, str], *, load: dict[str, Any],
+                 metric: str = "output_throughput") -> float:
+    """Predicted relative change of `metric` when `changes` (scheduler flags and/or load) are applied.
+
+    For the tuning loop: order candidate trials by this value. Positive means better (higher throughput,
+    or lower latency for *_ms metrics). `load` holds run_benchmark load fields (concurrency or rate,
+    input_len, output_len, num_prompts)."""
+    req = WhatIfInput(calibration="-", **{k: v for k, v in load.items() if k in WhatIfInput.model_fields})
+    base_req = _base_request(req, None)
+    base = _predict("baseline", {}, calibration, calibration.engine, base_req, req)
+    cand = _predict("candidate", changes, calibration, calibration.engine, base_req, req)
+    b, c = base.result.model_dump().get(metric), cand.result.model_dump().get(metric)
+    if not b or c is None:
+        raise BadInputError(f"metric {metric!r} is not in a simulated result")
+    change = (float(c) - float(b)) / float(b)
+    return -change if metric.endswith("_ms") else change

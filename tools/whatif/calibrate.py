@@ -1,0 +1,406 @@
+"""A step-time model of the running server, fitted from runs it served.
+
+Model: one engine step takes fixed + b*decode_seqs + c*prefill_tokens + d*context_tokens seconds, and a
+request becomes schedulable request_overhead_s after it is sent. A run's mean TTFT and mean TPOT
+(and, for a closed loop, its duration) are sums of the step times in known windows, so with the step
+mix held fixed they are linear in the five coefficients. The fit alternates: simulate the measured
+loads with the current coefficients to get each window's step mix, solve non-negative least squares
+on relative errors, repeat until the coefficients settle (a fixed point, usually 3-6 rounds).
+
+Sources of runs: (a) a short probe this module sends itself through run_benchmark (closed loops at a
+few concurrencies and prompt lengths; loopback or allowlisted, confirmed like run_benchmark), (b)
+saved run_benchmark results (no load sent), or (c) a passive /metrics window (see passive.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from vllm_tune.tools.bench.api import RunBenchmarkInput, check_target, run_benchmark
+from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.whatif.fit import nonnegative_least_squares
+from vllm_tune.tools.whatif.results import load_from_request, summarize
+from vllm_tune.tools.whatif.simulate import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    EngineConfig,
+    Load,
+    StepModel,
+    Trace,
+    run,
+)
+
+COEFFICIENTS = ("fixed_s", "per_decode_seq_s", "per_prefill_token_s", "per_context_token_s", "request_overhead_s",
+                "stream_start_s")
+MAX_ROUNDS = 12
+
+
+class ProbePoint(BaseModel):
+    concurrency: int = Field(ge=1, le=256)
+    input_len: int = Field(ge=1, le=100_000)
+    output_len: int = Field(ge=2, le=4096)
+    num_prompts: int = Field(ge=4, le=2000)
+
+
+# Short by design: about 290 requests, spanning batch size and prompt length so that the per-sequence and
+# per-prompt-token costs are told apart, with outputs long enough that the engine rather than the start of
+# the response stream sets each request's time. No single-stream point: on a busy host a lone
+# stream stalls far more per token than a batch does (measured on the suite's CPU server), which no
+# per-step cost model reproduces and which would skew the fit for every other load.
+DEFAULT_PROBE = [
+    ProbePoint(concurrency=4, input_len=32, output_len=128, num_prompts=24),
+    ProbePoint(concurrency=16, input_len=64, output_len=128, num_prompts=64),
+    ProbePoint(concurrency=8, input_len=512, output_len=64, num_prompts=40),
+    ProbePoint(concurrency=32, input_len=128, output_len=96, num_prompts=96),
+    ProbePoint(concurrency=16, input_len=384, output_len=64, num_prompts=64),
+]
+
+
+class Residual(BaseModel):
+    run: str
+    metric: str
+    measured: float
+    fitted: float
+    relative_error: float
+
+
+class Calibration(BaseModel):
+    """A fitted step model, what it was fitted on, and how well it reproduces those runs."""
+
+    step_model: StepModel
+    engine: EngineConfig = Field(description="the server's scheduler/KV settings during calibration")
+    source: str = Field(description="probe, results or metrics")
+    conditions: dict[str, Any] = Field(default_factory=dict, description="server, model, loads, date")
+    rounds: int = 0
+    converged: bool = False
+    residuals: list[Residual] = Field(default_factory=list)
+    max_abs_relative_error: float | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+@dataclass
+class Observed:
+    """One measured run and the simulated load that reproduces it."""
+
+    label: str
+    load: Load
+    result: dict[str, Any]
+
+
+def _flag(flags: dict[str, str], name: str) -> str | None:
+    for key in (name, name.replace("_", "-"), "--" + name.replace("_", "-")):
+        if key in flags:
+            return flags[key]
+    return None
+
+
+def engine_from(cache_config: dict[str, str], serve_flags: dict[str, str] | None = None,
+                max_model_len: int | None = None) -> EngineConfig:
+    """The server's EngineConfig: KV blocks and block size from cache_config_info, scheduler limits from the
+    serve flags the caller knows (vLLM does not export them), else vLLM's CPU/small-GPU defaults."""
+    flags = serve_flags or {}
+
+    def as_int(value: str | None) -> int | None:
+        try:
+            return int(str(value)) if value not in (None, "", "None") else None
+        except ValueError:
+            return None
+
+    blocks = as_int(cache_config.get("num_gpu_blocks_override")) or as_int(cache_config.get("num_gpu_blocks"))
+    block_size = as_int(cache_config.get("block_size"))
+    if blocks is None or block_size is None:
+        raise BadInputError("the server's KV cache size is unknown: /metrics had no cache_config_info with "
+                            "num_gpu_blocks and block_size (give num_gpu_blocks and block_size)")
+    values: dict[str, Any] = {
+        "num_gpu_blocks": blocks, "block_size": block_size, "max_model_len": max_model_len,
+        "max_num_seqs": as_int(_flag(flags, "max_num_seqs")) or DEFAULT_MAX_NUM_SEQS,
+        "max_num_batched_tokens": as_int(_flag(flags, "max_num_batched_tokens")) or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    }
+    lpt = as_int(_flag(flags, "long_prefill_token_threshold"))
+    if lpt is not None:
+        values["long_prefill_token_threshold"] = lpt
+    return EngineConfig(**values)
+
+
+def observed_from_result(result: dict[str, Any], label: str | None = None) -> Observed:
+    """Rebuild the load of a saved run_benchmark result (its provenance) so it can be simulated."""
+    prov = result.get("provenance") or {}
+    load = prov.get("load") or {}
+    work = prov.get("workload") or {}
+    n = int(result.get("num_prompts") or 0)
+    if not n or not work:
+        raise BadInputError("the result has no provenance block (load and workload); was it saved by "
+                            "vllm-tune bench / run_benchmark?")
+    if work.get("kind") not in ("random", None):
+        raise BadInputError(f"calibration needs random-prompt runs (exact lengths); this one is {work.get('kind')}")
+    req = RunBenchmarkInput(
+        url=str(prov.get("server_url") or "http://127.0.0.1:1"), concurrency=load.get("concurrency"),
+        rate=load.get("rate") if load.get("concurrency") is None else None, num_prompts=n,
+        arrival=load.get("arrival") or "poisson", burstiness=float(load.get("burstiness") or 1.0),
+        max_concurrency=load.get("max_concurrency") if load.get("concurrency") is None else None,
+        input_len=int(work.get("input_len") or 256), output_len=int(work.get("output_len") or 128),
+        seed=int(prov.get("seed") or 0))
+    lengths = list(zip(result.get("input_lens") or [], result.get("output_lens") or [], strict=False))
+    sim_load = load_from_request(req, lengths or None)
+    name = label or str(result.get("label") or f"c={req.concurrency}" if req.concurrency else f"rate={req.rate}")
+    return Observed(name, sim_load, result)
+
+
+def _prefix(tr: Trace) -> list[list[float]]:
+    """Cumulative (steps, decode seqs, prefill tokens, context tokens) over steps: row s = sum of steps < s."""
+    out = [[0.0, 0.0, 0.0, 0.0]]
+    acc = [0.0, 0.0, 0.0, 0.0]
+    for d, p, c in tr.step_features:
+        acc = [acc[0] + 1, acc[1] + d, acc[2] + p, acc[3] + c]
+        out.append(acc)
+    return out
+
+
+def _window(pre: list[list[float]], a: int, b: int) -> list[float]:
+    """Feature sums of steps a..b inclusive."""
+    if b < a:
+        return [0.0] * 4
+    return [pre[b + 1][j] - pre[a][j] for j in range(4)]
+
+
+def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[float], float]]:
+    """(metric, coefficient row, measured value in seconds) for one run.
+
+    A client sees a request's first and last token at max(engine time, send + stream_start); each request
+    contributes the branch that the current coefficients make the larger, so the rows are linear in them
+    for this round of the fixed point."""
+    pre = _prefix(tr)
+    feats = tr.step_features
+    coef = [getattr(model, k) for k in COEFFICIENTS]
+    stream_row = [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+
+    res = obs.result
+    floor = model.stream_start_s
+
+    def engine_shows(metric: str) -> bool:
+        # A run measured well above the floor is engine-bound whatever the current coefficients say; without
+        # this a round that puts every cost under the floor would never see the engine again.
+        return float(res.get(f"{metric}_ms") or 0.0) / 1000.0 > 1.1 * floor
+
+    ttft_engine, e2el_engine = engine_shows("mean_ttft"), engine_shows("mean_e2el")
+
+    def visible(row: list[float], forced: bool) -> list[float]:
+        engine = sum(a * b for a, b in zip(row, coef, strict=True))
+        return row if forced or engine >= floor else stream_row
+
+    ttft_rows: list[list[float]] = []
+    e2el_rows: list[list[float]] = []
+    tpot_rows: list[list[float]] = []
+    for r, (_p, o) in enumerate(obs.load.lens):
+        if math.isnan(tr.last[r]):
+            continue
+        w = _window(pre, tr.ready_step[r], tr.first_step[r])
+        if tr.ready_step[r] > 0 and tr.ready_frac[r] > 0:
+            d, p, c = feats[tr.ready_step[r] - 1]
+            f = tr.ready_frac[r]
+            w = [w[0] + f, w[1] + f * d, w[2] + f * p, w[3] + f * c]
+        dw = _window(pre, tr.first_step[r] + 1, tr.last_step[r])
+        ttft = visible([*w, 1.0, 0.0], ttft_engine)
+        e2el = visible([a + b for a, b in zip(w, dw, strict=True)] + [1.0, 0.0], e2el_engine)
+        ttft_rows.append(ttft)
+        e2el_rows.append(e2el)
+        if o > 1:
+            tpot_rows.append([(a - b) / (o - 1) for a, b in zip(e2el, ttft, strict=True)])
+    out: list[tuple[str, list[float], float]] = []
+    # Means, not medians: they are linear in the coefficients and consistent with the run's duration. A server
+    # whose tokens reach the client in bursts has per-request TPOT medians near zero.
+    for metric, rows in (("mean_ttft", ttft_rows), ("mean_e2el", e2el_rows), ("mean_tpot", tpot_rows)):
+        if rows and res.get(f"{metric}_ms"):
+            out.append((metric, _mean_rows(rows), float(res[f"{metric}_ms"]) / 1000.0))
+    if obs.load.offsets is None and obs.load.concurrency and res.get("duration") and e2el_rows:
+        # A closed loop runs its requests back to back per client: duration = requests x mean E2EL / clients.
+        share = len(e2el_rows) / obs.load.concurrency
+        out.append(("duration", [v * share for v in _mean_rows(e2el_rows)], float(res["duration"])))
+    return out
+
+
+def _mean_rows(rows: list[list[float]]) -> list[float]:
+    return [sum(col) / len(rows) for col in zip(*rows, strict=True)]
+
+
+def _initial(observed: list[Observed]) -> StepModel:
+    tpots = [float(o.result.get("mean_tpot_ms") or 0) / 1000.0 for o in observed]
+    ttfts = [float(o.result.get("mean_ttft_ms") or 0) / 1000.0 for o in observed]
+    base = min((t for t in tpots if t > 0), default=0.01)
+    # Start the stream-start floor at half the smallest mean TTFT, so that the fit can see whether it binds.
+    return StepModel(fixed_s=base, per_decode_seq_s=0.0, per_prefill_token_s=0.0, per_context_token_s=0.0,
+                     request_overhead_s=0.0, stream_start_s=0.5 * min((t for t in ttfts if t > 0), default=0.0))
+
+
+def _weighted(found: list[tuple[str, list[float], float]]) -> tuple[list[list[float]], list[float]]:
+    """Rows scaled for relative error, with each metric's scale floored at half its median over the runs: one
+    run whose tokens all arrived in one burst (mean TPOT near zero) must not outweigh every other run."""
+    by_metric: dict[str, list[float]] = {}
+    for metric, _row, y in found:
+        by_metric.setdefault(metric, []).append(y)
+    floor = {m: 0.5 * sorted(v)[len(v) // 2] for m, v in by_metric.items()}
+    rows, ys = [], []
+    for metric, row, y in found:
+        scale = max(y, floor[metric])
+        rows.append([v / scale for v in row])
+        ys.append(y / scale)
+    return rows, ys
+
+
+def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditions: dict[str, Any] | None = None,
+        use_context: bool = True) -> Calibration:
+    """Fixed-point non-negative least squares of the step model on the observed runs."""
+    if not observed:
+        raise BadInputError("calibration needs at least one measured run")
+    model = _initial(observed)
+    usable = [True, True, True, use_context, True, True]
+
+    def tr_of(obs: Observed, m: StepModel) -> Trace:
+        return run(engine, m, obs.load, keep_windows=True)
+
+    rounds = 0
+    converged = False
+    notes: list[str] = []
+    for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - rounds is reported
+        found = [(metric, row, y) for obs in observed
+                 for metric, row, y in _rows(obs, tr_of(obs, model), model) if y > 0]
+        rows, ys = _weighted(found)
+        coef = nonnegative_least_squares(rows, ys, usable)
+        if coef is None:
+            raise BadInputError("the runs cannot separate the step costs (too few or too alike); probe more "
+                                "concurrencies and prompt lengths")
+        new = StepModel(**dict(zip(COEFFICIENTS, (max(0.0, c) for c in coef), strict=True)))
+        change = max(abs(getattr(new, k) - getattr(model, k)) / max(abs(getattr(new, k)), 1e-9)
+                     for k in COEFFICIENTS if getattr(new, k) or getattr(model, k))
+        model = new
+        if change < 0.005:
+            converged = True
+            break
+    if not converged:
+        notes.append(f"the fit had not settled after {MAX_ROUNDS} rounds (last change above 0.5 %)")
+    seen = {"max_concurrency": max((o.load.concurrency or o.load.max_concurrency or 0) for o in observed) or None,
+            "max_input_len": max(p for o in observed for p, _ in o.load.lens),
+            "max_output_len": max(q for o in observed for _, q in o.load.lens),
+            "runs": len(observed)}
+    cal = Calibration(step_model=model, engine=engine, source=source,
+                      conditions={**(conditions or {}), "seen": seen}, rounds=rounds, converged=converged,
+                      notes=notes)
+    cal.residuals = residuals(cal, observed)
+    errs = [abs(r.relative_error) for r in cal.residuals]
+    cal.max_abs_relative_error = max(errs) if errs else None
+    return cal
+
+
+RESIDUAL_METRICS = ("request_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms", "p90_ttft_ms",
+                    "p90_itl_ms")
+
+
+def residuals(cal: Calibration, observed: list[Observed]) -> list[Residual]:
+    out: list[Residual] = []
+    for obs in observed:
+        sim = summarize(run(cal.engine, cal.step_model, obs.load), obs.load, cal.engine, cal.step_model,
+                        percentiles=[50.0, 90.0])
+        for metric in RESIDUAL_METRICS:
+            measured = obs.result.get(metric)
+            if not measured:
+                continue
+            fitted = float(sim[metric])
+            out.append(Residual(run=obs.label, metric=metric, measured=float(measured), fitted=fitted,
+                                relative_error=(fitted - float(measured)) / float(measured)))
+    return out
+
+
+async def probe(url: str, *, points: list[ProbePoint] | None = None, model: str | None = None,
+                serve_flags: dict[str, str] | None = None, confirm: bool = False,
+                save_result: str | None = None) -> tuple[list[Observed], EngineConfig, dict[str, Any]]:
+    """Run the probe loads with run_benchmark (same target policy and confirmation) and return the runs."""
+    plan = points or DEFAULT_PROBE
+    check_target(RunBenchmarkInput(url=url, concurrency=1, confirm=confirm))
+    results_root = save_result or tempfile.mkdtemp(prefix="vllm-tune-whatif-")
+    observed: list[Observed] = []
+    cache_config: dict[str, str] = {}
+    max_model_len: int | None = None
+    version: str | None = None
+    for i, point in enumerate(plan):
+        req = RunBenchmarkInput(url=url, model=model, concurrency=point.concurrency, num_prompts=point.num_prompts,
+                                input_len=point.input_len, output_len=point.output_len, confirm=confirm,
+                                save_result=results_root, seed=i, warmup_requests=2 if i == 0 else 1,
+                                serve_flags=dict(serve_flags or {}), label=f"probe-{i}")
+        out = await run_benchmark(req)
+        assert out.result is not None
+        result = out.result.model_dump(mode="json")
+        server = result.get("server") or {}
+        cache_config = cache_config or dict(server.get("cache_config") or {})
+        prov = result.get("provenance") or {}
+        max_model_len = max_model_len or prov.get("max_model_len")
+        version = version or prov.get("server_version")
+        if result.get("failed"):
+            raise BadInputError(f"probe run {i} had {result['failed']} failed requests; calibration needs clean runs")
+        observed.append(observed_from_result(result, f"c={point.concurrency} in={point.input_len} "
+                                                     f"out={point.output_len}"))
+    engine = engine_from(cache_config, serve_flags, max_model_len)
+    conditions = {"url": url, "server_version": version, "model": model, "date": datetime.now(UTC).isoformat(),
+                  "points": [p.model_dump() for p in plan], "results_dir": results_root,
+                  "serve_flags": dict(serve_flags or {})}
+    return observed, engine, conditions
+
+
+async def calibrate_by_probe(url: str, **kwargs: Any) -> Calibration:
+    observed, engine, conditions = await probe(url, **kwargs)
+    return fit(observed, engine, source="probe", conditions=conditions)
+
+
+def calibrate_from_results(paths: list[str], *, serve_flags: dict[str, str] | None = None,
+                           engine: EngineConfig | None = None) -> Calibration:
+    """Fit on saved run_benchmark results (result.json files or run directories); sends nothing."""
+    observed: list[Observed] = []
+    cache_config: dict[str, str] = {}
+    max_model_len: int | None = None
+    for p in paths:
+        result = read_result(p)
+        observed.append(observed_from_result(result, Path(p).stem if Path(p).is_file() else Path(p).name))
+        cache_config = cache_config or dict((result.get("server") or {}).get("cache_config") or {})
+        max_model_len = max_model_len or (result.get("provenance") or {}).get("max_model_len")
+    eng = engine or engine_from(cache_config, serve_flags, max_model_len)
+    return fit(observed, eng, source="results", conditions={"results": list(paths),
+                                                            "serve_flags": dict(serve_flags or {})})
+
+
+def read_result(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "result.json"
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInputError(f"cannot read result {p}: {exc.strerror}") from None
+    except ValueError:
+        raise BadInputError(f"{p} is not a JSON result") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{p} is not a run_benchmark result")
+    return data
+
+
+def save(cal: Calibration, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(cal.model_dump_json(indent=2), encoding="utf-8")
+    return p
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    p = Path(path)
+    try:
+        return Calibration.model_validate_json(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInputError(f"cannot read calibration {p}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise BadInputError(f"{p} is not a what_if calibration: {str(exc).splitlines()[0]}") from None

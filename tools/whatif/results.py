@@ -1,0 +1,177 @@
+"""A simulated run in run_benchmark's result shape, and run_benchmark's load turned into a simulated one.
+
+The result dict carries the same keys and units as a measured run (`vllm bench serve --save-result`
+names, tools/bench/metrics.py definitions) so that compare_runs and the tables read both alike; it
+is marked `simulated: true` and adds a `simulation` block (queue, KV use and preemptions over time).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from vllm_tune.tools.bench import api as bench_api
+from vllm_tune.tools.bench.api import RunBenchmarkInput
+from vllm_tune.tools.bench.metrics import MS, check_goodput, describe, percentile, percentile_label
+from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.whatif.simulate import EngineConfig, Load, StepModel, Trace
+
+MAX_TIMELINE_POINTS = 120
+
+
+def load_from_request(req: RunBenchmarkInput, lengths: list[tuple[int, int]] | None = None) -> Load:
+    """The load run_benchmark would send for `req` (same schedule, same seed), as simulator input.
+
+    Prompt/output lengths: a trace's own, else `lengths` (e.g. a saved result's input_lens/output_lens,
+    cycled), else the fixed input_len/output_len."""
+    n = min(bench_api._request_count(req), bench_api.MAX_REQUESTS)
+    offsets, trace_lens, request_rate = bench_api._schedule(req, n, req.seed, req.rate)
+    if offsets is not None:
+        n = len(offsets)
+    if req.dataset and not lengths:
+        raise BadInputError("a dataset workload needs its token lengths: simulate from a saved result of it "
+                            "(--from RESULT) or give a trace with input_length/output_length")
+    lens: list[tuple[int, int]] = []
+    for i in range(n):
+        tl = trace_lens[i] if trace_lens else (None, None)
+        base = lengths[i % len(lengths)] if lengths else (req.input_len, req.output_len)
+        lens.append((tl[0] or base[0], tl[1] or base[1]))
+    concurrency = req.concurrency if offsets is None else None
+    if offsets is None and concurrency is None:
+        concurrency = 1
+    return Load(lens=lens, offsets=offsets, concurrency=concurrency,
+                max_concurrency=req.max_concurrency if offsets is not None else concurrency,
+                duration_s=req.duration_s, request_rate=request_rate, burstiness=req.burstiness)
+
+
+def _weighted_stats(values: list[float], weights: list[int], extra: list[float],
+                    percentiles: list[float]) -> dict[str, float]:
+    """describe() over the multiset where values[i] occurs weights[i] times, plus `extra` once each."""
+    pairs = sorted([(v * MS, w) for v, w in zip(values, weights, strict=True) if w] + [(v * MS, 1) for v in extra])
+    total = sum(w for _, w in pairs)
+    if not total:
+        return {"mean": 0.0, "median": 0.0, "std": 0.0, **{percentile_label(p): 0.0 for p in percentiles}}
+    mean = sum(v * w for v, w in pairs) / total
+    std = math.sqrt(max(0.0, sum(w * (v - mean) ** 2 for v, w in pairs) / total))
+    cum: list[int] = []
+    run = 0
+    for _, w in pairs:
+        run += w
+        cum.append(run)
+
+    def at_rank(k: int) -> float:  # k-th smallest (0-based) of the expanded multiset
+        lo, hi = 0, len(cum) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if cum[mid] > k:
+                hi = mid
+            else:
+                lo = mid + 1
+        return pairs[lo][0]
+
+    def pct(p: float) -> float:
+        pos = (total - 1) * p / 100.0
+        lo = math.floor(pos)
+        a, b = at_rank(lo), at_rank(min(lo + 1, total - 1))
+        return a + (b - a) * (pos - lo)
+
+    out = {"mean": mean, "median": pct(50.0), "std": std}
+    for p in percentiles:
+        out[percentile_label(p)] = pct(p)
+    return out
+
+
+def _itl_stats(tr: Trace, hidden: int, percentiles: list[float]) -> dict[str, float]:
+    """ITL of the step log, with `hidden` of the per-step gaps turned into the zero gaps of a burst."""
+    steady = tr.steady_gaps
+    total = sum(steady)
+    if hidden and total:
+        keep = max(0.0, 1.0 - hidden / total)
+        steady = [round(w * keep) for w in steady]
+    return _weighted_stats([*tr.step_durations, 0.0], [*steady, min(hidden, total)], tr.odd_gaps, percentiles)
+
+
+def _peaks(tr: Trace, ok: list[int]) -> tuple[float, int]:
+    tokens: dict[int, int] = {}
+    for end, k in zip(tr.step_ends, tr.step_tokens, strict=True):
+        if k:
+            tokens[int(end)] = tokens.get(int(end), 0) + k
+    active: dict[int, int] = {}
+    for r in ok:
+        for second in range(int(tr.send[r]), int(tr.last[r]) + 1):
+            active[second] = active.get(second, 0) + 1
+    return float(max(tokens.values(), default=0)), max(active.values(), default=0)
+
+
+def summarize(tr: Trace, load: Load, cfg: EngineConfig, model: StepModel, *, percentiles: list[float],
+              slo_ms: dict[str, float] | None = None, label: str | None = None,
+              model_id: str = "simulated") -> dict[str, Any]:
+    """The aggregate block of a run, computed from the simulated per-request times."""
+    slo = check_goodput(slo_ms or {})
+    ok = [r for r in range(len(tr.send)) if not math.isnan(tr.last[r])]
+    outs = [load.lens[r][1] for r in ok]
+    # What the client sees: nothing before the stream starts, then everything made so far at once.
+    opens = [tr.send[r] + model.stream_start_s for r in ok]
+    first = [max(tr.first[r], o) for r, o in zip(ok, opens, strict=True)]
+    last = [max(tr.last[r], o) for r, o in zip(ok, opens, strict=True)]
+    ttft = [f - tr.send[r] for r, f in zip(ok, first, strict=True)]
+    e2el = [e - tr.send[r] for r, e in zip(ok, last, strict=True)]
+    tpot = [(e - f) / (o - 1) for e, f, o in zip(e2el, ttft, outs, strict=True) if o > 1]
+    hidden = 0  # inter-token gaps that collapse to zero because their tokens waited for the stream to start
+    for r, o, n_out in zip(ok, opens, outs, strict=True):
+        if n_out > 1 and tr.first[r] < o:
+            span = tr.last[r] - tr.first[r]
+            hidden += n_out - 1 if span <= 0 else min(n_out - 1, int((o - tr.first[r]) / (span / (n_out - 1))))
+    duration = max(last, default=0.0)
+    total_in = sum(load.lens[r][0] for r in ok)
+    total_out = sum(outs)
+    good = None
+    if slo:
+        good = 0
+        for f, e, o in zip(ttft, e2el, outs, strict=True):
+            values = {"ttft": f, "tpot": (e - f) / (o - 1) if o > 1 else 0.0, "e2el": e}
+            good += all(values[k] * MS <= v for k, v in slo.items())
+    peak_tokens, peak_active = _peaks(tr, ok)
+    dur = duration if duration > 0 else math.nan
+    out: dict[str, Any] = {
+        "date": datetime.now(UTC).strftime("%Y%m%d-%H%M%S"), "backend": "simulated", "endpoint_type": "simulated",
+        "label": label, "model_id": model_id, "tokenizer_id": model_id, "num_prompts": len(tr.send),
+        "request_rate": load.request_rate, "burstiness": load.burstiness,
+        "max_concurrency": load.max_concurrency if load.offsets is not None else load.concurrency,
+        "duration": duration, "completed": len(ok), "failed": len(tr.send) - len(ok),
+        "total_input_tokens": total_in, "total_output_tokens": total_out,
+        "request_throughput": len(ok) / dur if duration > 0 else 0.0,
+        "request_goodput": (good / dur if duration > 0 else 0.0) if good is not None else None,
+        "output_throughput": total_out / dur if duration > 0 else 0.0,
+        "total_token_throughput": (total_in + total_out) / dur if duration > 0 else 0.0,
+        "max_output_tokens_per_s": peak_tokens, "max_concurrent_requests": peak_active,
+    }
+    series = {"ttft": describe(ttft, percentiles), "tpot": describe(tpot, percentiles),
+              "itl": _itl_stats(tr, hidden, percentiles),
+              "e2el": describe(e2el, percentiles)}
+    for name, stats in series.items():
+        for stat, value in stats.items():
+            out[f"{stat}_{name}_ms"] = value
+    out["simulated"] = True
+    out["simulation"] = {
+        "engine": cfg.model_dump(), "step_model": model.model_dump(), "steps": tr.steps,
+        "busy_s": tr.busy_s, "preemptions": tr.total_preemptions,
+        "requests_preempted": sum(1 for p in tr.preemptions if p),
+        "max_waiting": max((p["waiting"] for p in tr.timeline), default=0.0),
+        "max_kv_cache_usage": max((p["kv_cache_usage"] for p in tr.timeline), default=0.0),
+        "timeline": _thin(tr.timeline),
+    }
+    if slo:
+        out["slo_ms"] = dict(slo)
+    return out
+
+
+def _thin(points: list[dict[str, float]]) -> list[dict[str, float]]:
+    if len(points) <= MAX_TIMELINE_POINTS:
+        return points
+    stride = math.ceil(len(points) / MAX_TIMELINE_POINTS)
+    return points[::stride]
+
+
+__all__ = ["load_from_request", "percentile", "summarize"]
