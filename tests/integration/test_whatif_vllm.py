@@ -24,10 +24,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
 # Not met yet (README, what_if section): at concurrency 48, beyond the probe, the CPU server's per-token cost
-# rises much faster than linearly, and at low load the fitted hand-off overstates TTFT. The test still runs
-# every case and prints the table; remove the marker once the misses are gone.
-@pytest.mark.xfail(reason="issue 16 targets not met for load changes beyond the calibration probe "
-                          "(concurrency 48, low-load TTFT); see README what_if section", strict=False)
+# rises much faster than linearly, and at low load the fitted hand-off overstates TTFT. Every case must still
+# reach the state it exists for (a failure otherwise); accuracy misses are reported as an expected failure with
+# the table until they are gone, then this becomes a plain assertion.
+KNOWN_MISSES = ("issue 16 targets not met for load changes beyond the calibration probe (concurrency 48, "
+                "low-load TTFT); see README what_if section")
+
+
 async def test_predictions_hold_against_six_real_runs(vllm_server_factory: VllmFactory, tmp_path: Path) -> None:
     async def start(flags: dict[str, str]) -> str:
         args = [x for kv in flags.items() for x in kv]
@@ -50,4 +53,5 @@ async def test_predictions_hold_against_six_real_runs(vllm_server_factory: VllmF
                     f"back-to-back runs of the same load: this host is too noisy to hold predictions to the "
                     f"targets\n{report}")
     misses = failures(outcomes, judgeable_only=True)
-    assert not misses, "\n".join(misses) + "\n" + report
+    if misses:
+        pytest.xfail(KNOWN_MISSES + "\n" + "\n".join(misses) + "\n" + report)
