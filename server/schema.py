@@ -41,6 +41,29 @@ def _informative_default(value: Any) -> Any:
     return value
 
 
+# Upper bounds this large are guards against absurd input, checked by the server anyway; they tell a caller
+# nothing about a sensible value, so they are not published.
+_GUARD_BOUND = 100_000
+
+
+def _drop_guards(node: dict[str, Any]) -> None:
+    for key in ("maximum", "exclusiveMaximum"):
+        value = node.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= _GUARD_BOUND:
+            node.pop(key)
+
+
+def _optional_not_null(node: dict[str, Any]) -> None:
+    """An optional property is omitted for "none"; `type: [X, null]` then only costs characters."""
+    props, required = node.get("properties"), set(node.get("required") or ())
+    if not isinstance(props, dict):
+        return
+    for name, prop in props.items():
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        if name not in required and isinstance(kind, list) and len(kind) == 2 and "null" in kind:
+            prop["type"] = next(k for k in kind if k != "null")
+
+
 def compact_schema(schema: Any, *, _names: bool = False) -> Any:
     """A copy of `schema` without titles and null defaults, with nullable unions folded.
 
@@ -61,4 +84,6 @@ def compact_schema(schema: Any, *, _names: bool = False) -> Any:
         out[key] = compact_schema(value, _names=not _names and key in ("properties", "$defs"))
     if not _names:
         _merge_nullable(out)
+        _drop_guards(out)
+        _optional_not_null(out)
     return out
