@@ -25,17 +25,9 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="compare_runs", title="Compare benchmark runs (A/B)",
         description=(
-            "Compare saved benchmark results before and after a change (a flag, a vLLM upgrade, a tuned MoE "
-            "config): for each candidate against the baseline, per metric (TTFT, TPOT, ITL, E2EL mean and "
-            "percentiles, request/output throughput, goodput) the values, delta, delta %, which direction is "
-            "better and a verdict: better, worse, within-noise or not-comparable. Verdicts use a seeded "
-            "bootstrap interval where both runs kept per-request values (basis=bootstrap), else a relative "
-            "noise threshold (basis=threshold, weaker). Checks whether the runs are comparable (model, vLLM "
-            "version, serve flags, workload lengths, dataset, endpoint, rate/concurrency, client host, "
-            "client-limited runs, failed requests, too few requests for p99) and explains changes from the "
-            "server's /metrics window when both runs recorded it. Accepts result JSON paths, run folders or "
-            "run ids from run_benchmark, and plain `vllm bench serve --save-result` files. Reads files only. "
-            "Cite the returned knowledge_ids."
+            "A/B of saved benchmark runs (run ids, folders, result files, vllm bench serve JSON): per metric the delta "
+            "and a verdict (better, worse, within-noise, not-comparable) from a seeded bootstrap where per-request "
+            "values exist. Says first when runs are not comparable and why; explains changes from /metrics."
         ),
         input_model=CompareInput, output_model=CompareOutput, run=_compare, annotations=_READ_ONLY_LOCAL,
         summarize=render_text,

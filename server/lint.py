@@ -24,14 +24,9 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="lint_config", title="Check a vLLM serving configuration before starting it",
         description=(
-            "Check a `vllm serve` command line (and/or a --config YAML and the environment variables) against the "
-            "option table of a vLLM release, built from that release's own parser, and against the configuration "
-            "pitfalls in the knowledge base. Finds what would stop the server at start-up (unknown options or "
-            "options from another release, bad choices, TP not dividing the heads, FP8 block misalignment, a "
-            "batched-token budget below the context with chunked prefill off, removed variables) and what starts "
-            "but costs performance (--enforce-eager, Ray on one node, VLLM_PORT set, low-density EP ...). Give "
-            "vllm_version for the server's release and gpu for hardware-specific checks. Each problem cites "
-            "knowledge ids; `not_checked` lists what needs the model's architecture or the GPU."
+            "Check a `vllm serve` command (or --config YAML, env) before starting it: options against the release's "
+            "own parser table (unknown, removed, bad values) and the knowledge base's configuration pitfalls. Give "
+            "vllm_version and gpu; not_checked lists what needs the model or GPU. Cites knowledge ids."
         ),
         input_model=LintInput, output_model=LintOutput, run=_run, annotations=_LINT, summarize=render_lint,
     )

@@ -43,27 +43,22 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="tune_start", title="Start a tuning session from a vllm serve command",
         description=(
-            "Start an agent-driven tuning loop: give the base `vllm serve` command (pin the values of flags to tune, "
-            "e.g. --max-num-seqs 64), the goal (latency: lower the SLO percentile; throughput: raise goodput), the "
-            "SLO and the workload every trial is measured with. Returns the session with trial 0 (the baseline) "
-            "waiting for measurement and `next_step` saying how: tune_run_trial, or restart the server yourself, "
-            "run_benchmark with the arguments in the trial notes, then tune_record. Then alternate tune_next and "
-            "measurement until `state` is done; tune_report gives the best command."
+            "Start a tuning loop: base `vllm serve` command (pin the flags to tune), goal (latency or throughput), SLO "
+            "and workload. Returns trial 0 (baseline) to measure; next_step says how. Then alternate tune_next and "
+            "a measurement until state is done; tune_report gives the best command."
         ),
         input_model=TuneStartInput, output_model=TuneState, run=_in_thread(tune_start), annotations=_WRITES_SESSION,
     )
     add_model_tool(
         mcp, name="tune_next", title="Propose the next tuning trial",
-        description="Propose one lever change from the best command so far: first what the diagnosis of the best "
-                    "trial's /metrics window asks for, then the goal's usual levers; linted, never a repeat. Each "
-                    "trial cites the knowledge entries behind it.",
+        description="Propose one lever change from the best command so far (what the best trial's diagnosis asks "
+                    "for first, then the goal's levers), linted, never a repeat; cites knowledge ids.",
         input_model=SessionRef, output_model=TuneState, run=_in_thread(tune_next), annotations=_WRITES_SESSION,
     )
     add_model_tool(
         mcp, name="tune_record", title="Attach a measured run to a tuning trial",
-        description="Record the run_benchmark run (run id or result path) that measured a trial, or why it could not "
-                    "be measured. The trial is compared with the best so far (compare_runs) and becomes the best "
-                    "only when its objective is better beyond noise and it keeps the SLO.",
+        description="Record the run_benchmark run (run id or path) that measured a trial, or why it could not be "
+                    "measured; it becomes the best only if better beyond noise and within the SLO.",
         input_model=RecordInput, output_model=TuneState, run=_in_thread(tune_record), annotations=_WRITES_SESSION,
     )
 
@@ -86,17 +81,14 @@ def register(mcp: MCPServer[Any]) -> None:
 
     add_model_tool(
         mcp, name="tune_run_trial", title="Run a tuning trial on this machine",
-        description="Start vLLM here (loopback port) with the pending trial's command, measure it with the session "
-                    "workload, stop it and record the result. It occupies the GPU(s) and needs confirmation "
-                    "(asked through elicitation, or confirm=true after the user agreed). A trial whose server does "
-                    "not start is recorded failed with the first error line of its log; a cancelled trial, or a "
-                    "baseline that could not be started or measured, stays proposed to run again.",
+        description="Start vLLM here (loopback port) with the pending trial's command, measure, stop and record "
+                    "it. Occupies the GPU; needs confirm=true after the user agreed. A cancelled trial stays "
+                    "proposed.",
         input_model=RunTrialInput, output_model=TuneState, run=_run, annotations=_RUNS_SERVER,
     )
     add_model_tool(
         mcp, name="tune_report", title="Report of a tuning session",
-        description="All trials with their objective, verdict against the best and notes; `next_step` names the "
-                    "best command and its change against the baseline; `server` is a trial server running for the "
-                    "session (pid, port), if any.",
+        description="All trials with objective, verdict and notes; next_step names the best command; server is "
+                    "a trial server still running, if any.",
         input_model=SessionRef, output_model=TuneState, run=_in_thread(tune_report), annotations=_READS_SESSION,
     )

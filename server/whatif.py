@@ -39,16 +39,9 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="what_if", title="Predict a flag or load change before restarting the server",
         description=(
-            "Answer 'if I set --max-num-batched-tokens 8192 / --max-num-seqs 64 / double the traffic, what happens "
-            "to TTFT, ITL and throughput?' WITHOUT restarting or loading the server: a simulation of vLLM V1's "
-            "scheduler (chunked prefill, max_num_seqs, KV blocks, preemption) with step times calibrated on this "
-            "server. Calibrate from saved run_benchmark results (from_result, sends nothing), a saved calibration, "
-            "or probe=true on url (sends ~290 requests at concurrency 4-32; non-loopback needs confirm=true, set only "
-            "after the user agreed). Give the load (concurrency or rate, input_len, output_len) or reuse "
-            "from_result's, and variants such as [{'max_num_batched_tokens': '8192'}, {'max_num_seqs': '64', "
-            "'rate': '20'}]. Returns each variant in run_benchmark's result shape (simulated=true), a comparison "
-            "table, and the calibration's residuals. Ask this before proposing a restart; verify the chosen change "
-            "with run_benchmark afterwards."
+            "Predict what a flag or load change does to TTFT, ITL and throughput without restarting or loading the "
+            "server: vLLM V1's scheduler simulated with step times calibrated on this server (from_result sends "
+            "nothing; probe=true sends ~290 requests, confirm=true off loopback). Ask it before proposing a restart."
         ),
         input_model=WhatIfInput, output_model=WhatIfOutput, run=_run, annotations=_MAY_PROBE,
     )

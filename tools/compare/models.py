@@ -23,14 +23,12 @@ class CompareInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     runs: list[str] = Field(min_length=2, max_length=MAX_RUNS,
-                            description="2+ runs: a result JSON path, a run folder holding result.json, or a run id "
-                                        "under the results directory (vllm-tune results or vllm bench serve JSON)")
+                            description="2+ runs: run ids, run folders or result JSON paths (ours or vllm bench serve)")
     baseline: int = Field(default=0, ge=0, description="index in `runs` of the baseline; the others are candidates")
     percentiles: list[float] | None = Field(
         default=None, description="percentiles to compare, e.g. [50, 99]; default: every pNN present in both runs")
     metrics: list[str] | None = Field(
-        default=None, description=f"metrics to compare; default {', '.join(DEFAULT_METRICS)} "
-                                  f"(also accepted: total_token_throughput)")
+        default=None, description="metrics to compare (default: latencies, throughputs and goodput)")
     seed: int = Field(default=0, description="seed of the bootstrap resampling (same seed, same intervals)")
     confidence: float = Field(default=0.95, ge=0.5, le=0.999, description="confidence level of the intervals")
     resamples: int = Field(default=MAX_RESAMPLES, ge=MIN_RESAMPLES, le=MAX_RESAMPLES,

@@ -43,9 +43,8 @@ Device = Literal["cuda", "rocm", "cpu", "tpu", "xpu"]
 
 
 class LintInput(BaseModel):
-    command: str | None = Field(default=None, description="a `vllm serve ...` command line (env assignments in "
-                                "front, `python -m vllm.entrypoints.openai.api_server` and `docker run ... "
-                                "vllm/vllm-openai ...` forms are read too)")
+    command: str | None = Field(default=None, description="a `vllm serve ...` command line (also with env in "
+                                "front, python -m or docker run forms)")
     config_yaml: str | None = Field(default=None, description="the text of a `--config` YAML file")
     config_file: str | None = Field(default=None, description="path of a `--config` YAML file on this machine")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables the server starts with")

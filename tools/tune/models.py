@@ -32,20 +32,16 @@ class TuneWorkload(BaseModel):
 
 
 class TuneStartInput(BaseModel):
-    command: str = Field(description="the `vllm serve ...` command the session starts from (pin the values of the "
-                                     "flags to tune, e.g. --max-num-seqs 64); no secrets: export VLLM_API_KEY "
-                                     "or HF_TOKEN instead of --api-key or --hf-token")
-    goal: Goal = Field(default="latency", description="latency: lower the SLO percentile (TTFT by default); "
-                                                      "throughput: raise goodput (or output tokens/s without SLO)")
+    command: str = Field(description="base `vllm serve ...` command; pin the flags to tune (--max-num-seqs 64); "
+                                     "no --api-key (export VLLM_API_KEY)")
+    goal: Goal = Field(default="latency", description="latency: lower the SLO percentile; throughput: raise goodput")
     slo: dict[str, float] = Field(default={}, description="targets in ms: ttft, tpot, e2el")
     slo_percentile: float = Field(default=99.0, gt=0, lt=100)
     workload: TuneWorkload
     levers: list[str] = Field(default=[], description="flags the loop may change (default: by goal)")
     max_trials: int = Field(default=6, ge=1, le=MAX_TRIALS, description="measured trials, the baseline included")
-    env: dict[str, str] = Field(default={}, description="environment for the servers the loop starts: vLLM, "
-                                                        "accelerator, threading, hub and torch variables only "
-                                                        "(VLLM_*, CUDA_*, NCCL_*, HF_*, OMP_*, TORCH_*, ...); "
-                                                        "values are stored, so never secrets")
+    env: dict[str, str] = Field(default={}, description="trial servers' env: VLLM_*, CUDA_*, NCCL_*, HF_*, OMP_*, "
+                                                        "TORCH_* ... only; no secrets")
     vllm_version: str | None = Field(default=None, description="release the commands must be valid for")
     gpu: str | None = None
     save_result: str | None = Field(default=None, description="results directory (sessions live in its tune/)")

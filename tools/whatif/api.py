@@ -48,8 +48,8 @@ class WhatIfInput(BaseModel):
     serve_flags: dict[str, str] = Field(default={}, description="the server's current scheduler flags, e.g. "
                                                                 "{'max_num_seqs': '256'} (vLLM does not export them)")
     variants: list[dict[str, str | int | float | bool]] = Field(
-        default=[], description="each a set of changes to simulate, e.g. [{'max_num_batched_tokens': '8192'}, "
-                                "{'max_num_seqs': '64', 'rate': '20'}]; keys: " + ", ".join([*ENGINE_KEYS, *LOAD_KEYS]))
+        default=[], description="changes to simulate, e.g. [{'max_num_batched_tokens': '8192'}, {'rate': '20'}]; "
+                                "keys: scheduler flags and load fields")
     # The load, as run_benchmark takes it; default: the load of the first from_result.
     concurrency: int | None = Field(default=None, ge=1, le=65_536)
     rate: float | None = Field(default=None, gt=0, le=1_000_000)
