@@ -1,7 +1,8 @@
 """Published measurements of real serving runs (knowledge/measured/*.yaml), typed and loaded once per process.
 
-Each YAML file holds one source: a `source:` block (where the numbers were read, which engine produced them) and
-a `rows:` list. A row inherits the file's source and engine fields unless it names its own, and must say where in
+Each YAML file holds one source: a `source:` block (where the numbers were read, which engine produced them), an
+optional `defaults:` block (row fields shared by every row of the file, such as the GPU or dtype of a table) and a
+`rows:` list. A row inherits the file's source, engine and defaults unless it names its own, and must say where in
 the source its numbers sit (`location`). Throughput is kept twice: exactly as the source prints it (`raw`) and
 normalised to output tokens per second for the whole deployment (`output_tok_s`), so a reader can check the
 normalisation against the page. Rows whose model or GPU the bundled catalogs do not know say so
@@ -52,8 +53,11 @@ class Source(_Strict):
         return self
 
     def cite(self) -> str:
-        """One-line citation: url or repo:path@commit, then the location."""
-        where = self.url or f"{self.repo}:{self.path}" + (f"@{self.commit}" if self.commit else "")
+        """One-line citation: repo:path@commit (or the url), then the location."""
+        if self.repo and self.path:
+            where = f"{self.repo}:{self.path}" + (f"@{self.commit}" if self.commit else "")
+        else:
+            where = str(self.url)
         return f"{where} ({self.location})"
 
 
@@ -92,7 +96,10 @@ class MeasuredRow(_Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     model: str = Field(description="Hugging Face id of the checkpoint (or its base model when the source names "
                                    "only the family); see model_in_catalog")
-    model_in_catalog: bool = Field(description="false when knowledge/catalog/models.yaml does not know the model")
+    model_in_catalog: bool = Field(default=True,
+                                   description="false when knowledge/catalog/models.yaml does not know the model")
+    checkpoint: str | None = Field(default=None, description="the exact checkpoint the source ran, when it differs "
+                                                             "from model (a quantised re-publication, a revision)")
     moe: bool
     gpu: str = Field(description="GPU short name as in knowledge/catalog/gpus.yaml (H100, H200, B200, MI300X...)")
     gpu_in_catalog: bool = True
@@ -101,6 +108,7 @@ class MeasuredRow(_Strict):
     pp: int = Field(default=1, ge=1)
     dp: int = Field(default=1, ge=1, description="data-parallel replicas (engine DP or separate servers)")
     ep: int = Field(default=1, ge=1, description="expert-parallel group size; 1 = experts not split by EP")
+    layout_label: str | None = Field(default=None, description="the source's own name for the layout (TP2, DEP4...)")
     layout_note: str | None = Field(default=None, description="required when tp*pp*dp != gpu_count")
     weights_dtype: str = Field(description="bf16, fp16, fp8, nvfp4, mxfp4, int4-awq, ...")
     kv_cache_dtype: str | None = None
@@ -119,6 +127,21 @@ class MeasuredRow(_Strict):
     source: Source
     notes: list[str] = Field(default_factory=list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        # Files give the figure as printed; the deployment-wide value is derived here so it is never hand-computed.
+        if isinstance(data, dict) and data.get("output_tok_s") is None and isinstance(data.get("raw"), dict):
+            try:
+                raw = RawThroughput.model_validate(data["raw"])
+                load = Load.model_validate(data.get("load") or {})
+                count = int(data["gpu_count"])
+            except (ValidationError, KeyError, TypeError, ValueError):
+                return data  # the field validators report the real problem
+            if raw.scope == "output":
+                data = {**data, "output_tok_s": normalised_output_tok_s(raw, gpu_count=count, load=load)}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> MeasuredRow:
         if self.tp * self.pp * self.dp != self.gpu_count and not self.layout_note:
@@ -126,14 +149,14 @@ class MeasuredRow(_Strict):
                              "without a layout_note")
         if self.output_tok_s is None and not any((self.tpot_ms, self.ttft_ms, self.itl_ms, self.e2e_ms)):
             raise ValueError("a row needs a throughput or at least one latency figure")
-        if (self.raw is None) != (self.output_tok_s is None):
-            raise ValueError("raw throughput and output_tok_s come together")
-        if self.raw is not None and self.output_tok_s is not None:
-            if self.raw.scope != "output":
-                raise ValueError("output_tok_s cannot be derived from an input+output throughput; "
-                                 "keep such a figure in notes")
+        if self.output_tok_s is not None and self.raw is None:
+            raise ValueError("output_tok_s needs the raw figure it was read from")
+        if self.raw is not None and self.raw.scope == "total" and self.output_tok_s is not None:
+            raise ValueError("output_tok_s cannot be derived from an input+output throughput")
+        if self.raw is not None and self.raw.scope == "output":
             expected = normalised_output_tok_s(self.raw, gpu_count=self.gpu_count, load=self.load)
-            if expected is None or not math.isclose(expected, self.output_tok_s, rel_tol=1e-3):
+            if expected is None or self.output_tok_s is None or not math.isclose(
+                    expected, self.output_tok_s, rel_tol=1e-3):
                 raise ValueError(f"output_tok_s {self.output_tok_s} does not follow from raw "
                                  f"{self.raw.value} {self.raw.unit} on {self.gpu_count} GPUs ({expected})")
         return self
@@ -158,8 +181,10 @@ def normalised_output_tok_s(raw: RawThroughput, *, gpu_count: int, load: Load) -
     return None
 
 
-def _merge_source(defaults: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(row)
+def _merge_source(defaults: dict[str, Any], row: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
+    merged = {**shared, **row}
+    if "notes" in shared and "notes" in row:
+        merged["notes"] = [*shared["notes"], *row["notes"]]
     for key in ("engine", "engine_version"):
         if key not in merged and key in defaults:
             merged[key] = defaults[key]
@@ -182,12 +207,15 @@ def load_file(path: Path) -> list[MeasuredRow]:
     defaults = data.get("source") or {}
     if not isinstance(defaults, dict):
         raise KnowledgeError(f"measured table {path}: 'source' must be a mapping")
+    shared = data.get("defaults") or {}
+    if not isinstance(shared, dict):
+        raise KnowledgeError(f"measured table {path}: 'defaults' must be a mapping")
     rows: list[MeasuredRow] = []
     for raw in data["rows"]:
         if not isinstance(raw, dict):
             raise KnowledgeError(f"measured table {path}: every row must be a mapping")
         try:
-            rows.append(MeasuredRow.model_validate(_merge_source(defaults, raw)))
+            rows.append(MeasuredRow.model_validate(_merge_source(defaults, raw, shared)))
         except ValidationError as exc:
             first = exc.errors()[0]
             raise KnowledgeError(f"measured table {path} row {raw.get('id')!r}: "
