@@ -27,8 +27,12 @@ Engine = Literal["vllm", "tensorrt-llm", "sglang"]
 Stat = Literal["mean", "median", "p50", "p90", "p95", "p99", "single", "unspecified"]
 # How the source states its throughput: for the whole deployment, per GPU, or per user (one request's stream).
 ThroughputUnit = Literal["tok/s", "tok/s/gpu", "tok/s/user"]
-ThroughputScope = Literal["output", "total"]
-LoadKind = Literal["concurrency", "request_rate", "max_batch", "offline"]
+# "unspecified": the source does not say whether its figure counts output or input+output tokens; such a figure is
+# kept (it bounds the output rate from above) but never normalised into output_tok_s.
+ThroughputScope = Literal["output", "total", "unspecified"]
+# static_batch: a fixed batch started together and run to the end (vllm bench latency); offline: every request
+# queued at once and served by continuous batching (vllm bench throughput, trtllm-bench throughput).
+LoadKind = Literal["concurrency", "request_rate", "max_batch", "static_batch", "offline"]
 
 
 class _Strict(BaseModel):
@@ -73,14 +77,15 @@ class RawThroughput(_Strict):
 
     value: float = Field(gt=0)
     unit: ThroughputUnit
-    scope: ThroughputScope = Field(default="output", description="output tokens only, or input+output tokens")
+    scope: ThroughputScope = Field(default="output", description="output tokens only, input+output tokens, or not "
+                                                                 "stated by the source")
 
 
 class Load(_Strict):
     """The offered load: requests in flight, an arrival rate, an engine batch cap, or an offline run."""
 
     kind: LoadKind
-    value: float | None = Field(default=None, gt=0, description="concurrency, requests/s or max batch size")
+    value: float | None = Field(default=None, gt=0, description="concurrency, requests/s or (max) batch size")
     num_prompts: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
@@ -147,12 +152,12 @@ class MeasuredRow(_Strict):
         if self.tp * self.pp * self.dp != self.gpu_count and not self.layout_note:
             raise ValueError(f"tp*pp*dp = {self.tp * self.pp * self.dp} != gpu_count {self.gpu_count} "
                              "without a layout_note")
-        if self.output_tok_s is None and not any((self.tpot_ms, self.ttft_ms, self.itl_ms, self.e2e_ms)):
+        if self.raw is None and not any((self.tpot_ms, self.ttft_ms, self.itl_ms, self.e2e_ms)):
             raise ValueError("a row needs a throughput or at least one latency figure")
         if self.output_tok_s is not None and self.raw is None:
             raise ValueError("output_tok_s needs the raw figure it was read from")
-        if self.raw is not None and self.raw.scope == "total" and self.output_tok_s is not None:
-            raise ValueError("output_tok_s cannot be derived from an input+output throughput")
+        if self.raw is not None and self.raw.scope != "output" and self.output_tok_s is not None:
+            raise ValueError(f"output_tok_s cannot be derived from a {self.raw.scope!r} throughput")
         if self.raw is not None and self.raw.scope == "output":
             expected = normalised_output_tok_s(self.raw, gpu_count=self.gpu_count, load=self.load)
             if expected is None or self.output_tok_s is None or not math.isclose(
