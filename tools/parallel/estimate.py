@@ -79,15 +79,17 @@ def rates_for(facts: ModelFacts, gpu: GpuSpec, tp: int, params: EstimatorParams,
     engine_scale = params.engine_scale.get(engine, 1.0)
     scale = fam * engine_scale / (1 + params.tp_loss * math.log2(tp))
     step_fixed = params.step_fixed_ms / 1e3 / engine_scale
+    seq_fixed = params.seq_fixed_us / 1e6 / engine_scale
     if calibration is not None:
         scale *= calibration.efficiency_scale
         step_fixed = calibration.step_fixed_ms / 1e3
+        seq_fixed = calibration.seq_fixed_us / 1e6
     # Below the fp8/fp4 tensor-core peak when a GPU lacks them, the bf16 peak is used at the bf16 efficiency.
     eff_dtype = dtype if dtype in gpu.tflops else "bf16"
     return Rates(bw=gpu.bandwidth_tbs * 1e12 * params.bw_efficiency * scale,
                  flops=peak_flops * 1e12 * params.flops_eff(eff_dtype) * scale,
                  step_fixed_s=step_fixed, layer_fixed_s=params.layer_fixed_us / 1e6 / engine_scale,
-                 seq_fixed_s=params.seq_fixed_us / 1e6 / engine_scale,
+                 seq_fixed_s=seq_fixed,
                  calibrated=calibration is not None)
 
 

@@ -53,6 +53,10 @@ class PlanInput(BaseModel):
         default=None, description="base URL of a vLLM server already started with the top candidate's command: "
                                   "run a short benchmark at the plan's workload and report estimate vs measured")
     verify_prompts: int = Field(default=40, ge=4, le=2000, description="measured requests of the verify run")
+    verify_save_result: str | None = Field(default=None, description="results directory for the verify run "
+                                                                     "(default ./vllm-tune-results)")
+    verify_confirm: bool = Field(default=False, description="must be true to send the verify load to a "
+                                                            "non-loopback server")
 
     @model_validator(mode="after")
     def _one_load(self) -> PlanInput:

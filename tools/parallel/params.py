@@ -143,7 +143,8 @@ class HardwareCalibration(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     hardware: str
-    step_fixed_ms: float = Field(ge=0)
+    step_fixed_ms: float = Field(ge=0, description="replaces the fitted per-step fixed cost")
+    seq_fixed_us: float = Field(ge=0, description="replaces the fitted per-request-and-step cost")
     efficiency_scale: float = Field(gt=0, description="multiplies bandwidth and FLOPS efficiencies")
     runs: list[str] = Field(description="result files it was fitted from")
     residuals_before: list[float] = Field(default_factory=list, description="|est/meas - 1| with bundled values")
