@@ -72,6 +72,31 @@ def aic_throughput(p: Point) -> tuple[float | None, str]:
     return None, note
 
 
+def _aic_all(points: Sequence[Point], ours: Sequence[float | None], args: argparse.Namespace,
+             cache: dict[str, list[object]]) -> tuple[list[float | None], list[str]]:
+    """AIConfigurator's figure per point (from the cache when it has one), and what was run."""
+    use_aic = not args.no_aic and aic_version() is not None
+    theirs: list[float | None] = []
+    notes: list[str] = []
+    for i, p in enumerate(points):
+        if use_aic and p.row.id in cache:
+            value, note = cache[p.row.id]  # type: ignore[assignment]
+        elif use_aic:
+            value, note = aic_throughput(p)
+            cache[p.row.id] = [value, note]
+            if args.aic_cache:
+                Path(args.aic_cache).write_text(json.dumps(cache), encoding="utf-8")
+        else:
+            value, note = None, "not run"
+        theirs.append(value)
+        notes.append(note)
+        if args.verbose:
+            o = ours[i]
+            print(f"{p.row.id:60s} measured {p.measured:9.0f}  ours {o or 0:9.0f}  aic "
+                  f"{value if value is not None else float('nan'):9.0f}  {note[:60]}", file=sys.stderr)
+    return theirs, notes
+
+
 def _stats(errors: Sequence[float]) -> str:
     if not errors:
         return "n/a"
@@ -93,25 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     points, skipped = prepare(load_measured())
     points = [p for p in points if p.metric == "output_tok_s"]
     ours = [estimate_point(p, params) for p in points]
-    use_aic = not args.no_aic and aic_version() is not None
-    theirs: list[float | None] = []
-    notes: list[str] = []
-    for i, p in enumerate(points):
-        if use_aic and p.row.id in cache:
-            value, note = cache[p.row.id]  # type: ignore[assignment]
-        elif use_aic:
-            value, note = aic_throughput(p)
-            cache[p.row.id] = [value, note]
-            if args.aic_cache:
-                Path(args.aic_cache).write_text(json.dumps(cache), encoding="utf-8")
-        else:
-            value, note = None, "not run"
-        theirs.append(value)
-        notes.append(note)
-        if args.verbose:
-            o = ours[i]
-            print(f"{p.row.id:60s} measured {p.measured:9.0f}  ours {o or 0:9.0f}  aic "
-                  f"{value if value is not None else float('nan'):9.0f}  {note[:60]}", file=sys.stderr)
+    theirs, notes = _aic_all(points, ours, args, cache)
 
     def err(e: float | None, p: Point) -> float | None:
         return None if e is None else abs(e / p.measured - 1)
@@ -147,6 +154,13 @@ def main(argv: list[str] | None = None) -> int:
             by_engine.setdefault(p.row.engine, []).append(x)
     for engine, errs in sorted(by_engine.items()):
         print(f"ours on {engine:13s}: {_stats(errs)}")
+    for engine in sorted({points[i].row.engine for i in both}):
+        idx = [i for i in both if points[i].row.engine == engine]
+        print(f"on AIC's {engine:13s} points: ours {_stats([err(ours[i], points[i]) or 0.0 for i in idx])}; "
+              f"AIC {_stats([err(theirs[i], points[i]) or 0.0 for i in idx])}")
+    _, _, wrong_aic = rankings_right(theirs, points, pairs_both)
+    if wrong_aic:
+        print("rankings AIConfigurator gets wrong: " + "; ".join(f"{a} > {b}" for a, b in wrong_aic))
     if wrong_ours:
         print("rankings we get wrong: " + "; ".join(f"{a} > {b}" for a, b in wrong_ours))
     if args.json:

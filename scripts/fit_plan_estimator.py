@@ -23,8 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     doc, result = build_document(load_measured())
     text = yaml.safe_dump(doc, sort_keys=False, width=110)
     r = doc["residuals"]
-    print(f"{len(result.points)} rows, {r['kind']} |est/meas-1|: median {r['median']:.1%}, p90 {r['p90']:.1%}; "
-          f"rankings {result.rank_right}/{result.rank_total}")
+    print(f"{len(result.points)} measured figures, {r['kind']} output tok/s |est/meas-1|: median "
+          f"{r['median']:.1%}, p90 {r['p90']:.1%}; rankings {result.rank_right}/{result.rank_total}")
     if args.check:
         stored = yaml.safe_load(FIT_FILE.read_text(encoding="utf-8")) if FIT_FILE.exists() else None
         if stored != doc:

@@ -33,6 +33,7 @@ from vllm_tune.tools.parallel.params import (
 from vllm_tune.tools.parallel.predict import layout_of, memory_at, predict
 
 PRIOR = 0.02  # pulls each calibrated constant (log space) towards the bundled value when runs cannot separate them
+TPOT_WEIGHT = 0.3  # a run's TPOT counts less than its throughput (the figure plans rank by)
 
 
 class CalibrationRun(BaseModel):
@@ -141,7 +142,7 @@ def estimate_run(run: CalibrationRun, facts: ModelFacts, params: EstimatorParams
                    max_num_seqs=run.max_num_seqs)
 
 
-def _candidate(hardware: str, x: list[float], base: EstimatorParams, runs: list[str]) -> HardwareCalibration:
+def _candidate(hardware: str, x: list[float], runs: list[str]) -> HardwareCalibration:
     return HardwareCalibration(hardware=hardware, step_fixed_ms=math.exp(x[0]), seq_fixed_us=math.exp(x[1]),
                                efficiency_scale=min(100.0, max(0.01, math.exp(x[2]))), runs=runs)
 
@@ -163,7 +164,7 @@ def calibrate(paths: list[Path], *, hardware: str | None = None, model: str | No
     x0 = [math.log(max(base.step_fixed_ms, 1e-3)), math.log(max(base.seq_fixed_us, 1e-3)), 0.0]
 
     def objective(x: list[float]) -> float:
-        cal = _candidate(hw, x, base, names)
+        cal = _candidate(hw, x, names)
         total = 0.0
         for r in runs:
             est = estimate_run(r, facts[r.model], base, cal)
@@ -171,11 +172,11 @@ def calibrate(paths: list[Path], *, hardware: str | None = None, model: str | No
                 return 1e9
             total += math.log(est.output_tokens_per_s / r.output_tokens_per_s) ** 2
             if r.tpot_ms:
-                total += math.log(est.tpot_ms / r.tpot_ms) ** 2
+                total += TPOT_WEIGHT * math.log(est.tpot_ms / r.tpot_ms) ** 2
         return total + PRIOR * sum((a - b) ** 2 for a, b in zip(x, x0, strict=True))
 
     x, _ = minimise(objective, x0, rounds=3, iters=400)
-    cal = _candidate(hw, x, base, names)
+    cal = _candidate(hw, x, names)
     checks: list[RunCheck] = []
     for r in runs:
         before = estimate_run(r, facts[r.model], base, None)

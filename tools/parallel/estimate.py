@@ -36,7 +36,8 @@ def estimate_assumptions(params: EstimatorParams) -> list[str]:
         f"decode step: this GPU's weights (touched experts only) and the batch's KV at the mean live context "
         f"(isl + osl/2) at {params.bw_efficiency:.0%} of peak HBM bandwidth, GEMM + attention FLOPs, plus "
         f"{params.step_fixed_ms:.2f} ms per step, {params.layer_fixed_us:.1f} us per layer and "
-        f"{params.seq_fixed_us:.1f} us per running request of fixed cost",
+        f"{params.seq_fixed_us:.1f} us per running request of fixed cost (MoE: {params.moe_layer_fixed_us:.0f} us "
+        f"more per MoE layer, and {params.moe_efficiency:.0%} efficiency)",
         f"prefill: every prompt once, compute-bound, at {flops} of the dense tensor-core peak; a replica spends "
         "requests x prefill + osl x step time per cycle (chunked prefill mixed with decode)",
         f"TP: per-GPU efficiency / (1 + {params.tp_loss:.2f} x log2 TP); two all-reduces per layer at "
@@ -65,6 +66,7 @@ class Rates:
     step_fixed_s: float
     layer_fixed_s: float
     seq_fixed_s: float
+    moe_layer_fixed_s: float
     calibrated: bool
 
 
@@ -89,7 +91,7 @@ def rates_for(facts: ModelFacts, gpu: GpuSpec, tp: int, params: EstimatorParams,
     return Rates(bw=gpu.bandwidth_tbs * 1e12 * params.bw_efficiency * scale,
                  flops=peak_flops * 1e12 * params.flops_eff(eff_dtype) * scale,
                  step_fixed_s=step_fixed, layer_fixed_s=params.layer_fixed_us / 1e6 / engine_scale,
-                 seq_fixed_s=seq_fixed,
+                 seq_fixed_s=seq_fixed, moe_layer_fixed_s=params.moe_layer_fixed_us / 1e6 / engine_scale,
                  calibrated=calibration is not None)
 
 
@@ -186,6 +188,8 @@ def step_times(facts: ModelFacts, gpu: GpuSpec, layout: Layout, rates: Rates, *,
     t_comm = _comm(facts, gpu, layout, micro, interconnect=interconnect, domain=domain, params=params,
                    layers=layers_stage)
     t_stage = max(t_mem, t_cmp) + t_comm + layers_stage * rates.layer_fixed_s
+    if moe is not None:
+        t_stage += (moe.num_moe_layers / pp) * rates.moe_layer_fixed_s
     fixed = rates.step_fixed_s + batch * rates.seq_fixed_s
     step = t_stage * pp * (1 + PP_BUBBLE * (pp - 1)) + fixed
     if fixed + layers_stage * pp * rates.layer_fixed_s > 0.5 * step:

@@ -267,9 +267,10 @@ FREE: list[tuple[str, float, float, float]] = [
     ("step_fixed_ms", 2.0, 0.05, 50.0),
     ("layer_fixed_us", 10.0, 0.1, 200.0),
     ("seq_fixed_us", 10.0, 0.1, 500.0),
+    ("moe_layer_fixed_us", 10.0, 0.1, 1000.0),
     ("tp_loss", 0.1, 0.001, 2.0),
     ("ar.nvlink", 15.0, 2.0, 200.0),
-    ("ar.pcie", 40.0, 5.0, 500.0),
+    ("ar.pcie_ratio", 3.0, 1.0, 20.0),  # PCIe all-reduce latency as a multiple of NVLink's (never faster)
     ("link_efficiency", 0.5, 0.05, 1.0),
     ("moe_efficiency", 0.7, 0.1, 1.5),
 ]
@@ -278,6 +279,7 @@ FAMILY_PRIOR = 0.05  # ridge weight pulling each family multiplier towards 1 (lo
 
 HUBER = 0.25  # log-error beyond which a point counts linearly (robust to the table's odd deployments)
 LATENCY_WEIGHT = 0.3  # weight of a TPOT / latency point against a throughput point (the targets are on throughput)
+RANK_WEIGHT = 20.0  # hinge weight on a measured ranking (gap >= 15%) the estimate orders wrongly
 
 
 def _loss(r: float) -> float:
@@ -298,10 +300,10 @@ def params_from(x: Sequence[float], families: Sequence[str], engines: Sequence[s
         bw_efficiency=vals["bw_efficiency"],
         flops_efficiency={"bf16": vals["flops.bf16"], "fp8": vals["flops.fp8"], "fp4": vals["flops.fp4"]},
         step_fixed_ms=vals["step_fixed_ms"], layer_fixed_us=vals["layer_fixed_us"], seq_fixed_us=vals["seq_fixed_us"],
-        tp_loss=vals["tp_loss"],
+        moe_layer_fixed_us=vals["moe_layer_fixed_us"], tp_loss=vals["tp_loss"],
         # One latency for both switched GPU fabrics: the table has no MI300X TP sweep to fit xGMI on its own.
-        allreduce_latency_us={"nvlink": vals["ar.nvlink"], "pcie": vals["ar.pcie"], "xgmi": vals["ar.nvlink"],
-                              "unknown": vals["ar.pcie"]},
+        allreduce_latency_us={"nvlink": vals["ar.nvlink"], "pcie": vals["ar.nvlink"] * vals["ar.pcie_ratio"],
+                              "xgmi": vals["ar.nvlink"], "unknown": vals["ar.nvlink"] * vals["ar.pcie_ratio"]},
         link_efficiency=vals["link_efficiency"], moe_efficiency=vals["moe_efficiency"],
         family_scale={"hopper": 1.0, **fam},
         engine_scale={"vllm": 1.0, **eng} if "vllm" not in engines else eng)
@@ -349,7 +351,7 @@ def fit(rows: Sequence[MeasuredRow], *, iters: int = 600, rounds: int = 3) -> Fi
             if ea and eb:
                 margin = math.log((ea / points[a].row.gpu_count) / (eb / points[b].row.gpu_count))
                 if margin < 0.05:
-                    total += 4 * (0.05 - margin) ** 2
+                    total += RANK_WEIGHT * (0.05 - margin) ** 2
         total += FAMILY_PRIOR * sum(v * v for v in x[len(FREE):])
         return total / max(len(points), 1)
 

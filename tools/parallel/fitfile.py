@@ -13,6 +13,7 @@ from typing import Any
 from vllm_tune.tools.parallel.fit import (
     HUBER,
     LATENCY_WEIGHT,
+    RANK_WEIGHT,
     FitResult,
     abs_errors,
     estimate_point,
@@ -67,7 +68,7 @@ def cross_validated(rows: Sequence[MeasuredRow], *, iters: int, rounds: int) -> 
     return tput, lat
 
 
-def build_document(rows: Sequence[MeasuredRow], *, iters: int = 400, rounds: int = 2,
+def build_document(rows: Sequence[MeasuredRow], *, iters: int = 600, rounds: int = 3,
                    with_cv: bool = True) -> tuple[dict[str, Any], FitResult]:
     result = fit(rows, iters=iters, rounds=rounds)
     p = result.params
@@ -83,7 +84,8 @@ def build_document(rows: Sequence[MeasuredRow], *, iters: int = 400, rounds: int
                                             "error": _sig(abs((est or 0.0) / pt.measured - 1))}
                for pt, est in zip(result.points, [estimate_point(q, p) for q in result.points], strict=True)}
     params = p.model_dump(include={"bw_efficiency", "flops_efficiency", "step_fixed_ms", "layer_fixed_us",
-                                   "seq_fixed_us", "tp_loss", "allreduce_latency_us", "link_efficiency",
+                                   "seq_fixed_us", "moe_layer_fixed_us", "tp_loss", "allreduce_latency_us",
+                                   "link_efficiency",
                                    "moe_efficiency", "family_scale",
                                    "engine_scale"})
     doc: dict[str, Any] = {
@@ -92,8 +94,8 @@ def build_document(rows: Sequence[MeasuredRow], *, iters: int = 400, rounds: int
                        "do not edit by hand (tests re-run the fit and compare).",
         "method": (f"Huber loss (linear beyond {HUBER}) on log(estimate/measured) of every usable figure: output "
                    f"tok/s, and TPOT/ITL or static-batch latency weighted {LATENCY_WEIGHT}; a ridge "
-                   f"prior on per-family multipliers and a hinge penalty on measured rankings (per-GPU gap >= 15%) "
-                   f"the estimate orders wrongly; Nelder-Mead over log-parameters within bounds "
+                   f"prior on per-family multipliers and a hinge penalty (weight {RANK_WEIGHT}) on measured rankings "
+                   f"(per-GPU gap >= 15%) the estimate orders wrongly; Nelder-Mead over log-parameters within bounds "
                    f"({rounds} restarts x {iters} iterations). Reference engine: {result.reference_engine} "
                    "(engine_scale 1); family hopper = 1."),
         "data_fingerprint": data_fingerprint(rows),

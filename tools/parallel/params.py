@@ -41,6 +41,8 @@ class EstimatorParams(BaseModel):
     flops_efficiency: dict[str, float] = Field(description="share of the dense tensor-core peak, per compute dtype")
     step_fixed_ms: float = Field(ge=0, description="per decode step: scheduler, sampler, input prep (CPU side)")
     layer_fixed_us: float = Field(ge=0, description="per layer and step: kernel launches and small ops")
+    moe_layer_fixed_us: float = Field(default=0.0, ge=0, description="extra per MoE layer and step: routing, "
+                                                                     "permutation, grouped-GEMM launches")
     seq_fixed_us: float = Field(default=0.0, ge=0, description="per running request and step: scheduling, sampling, "
                                                                "detokenising (CPU side)")
     tp_loss: float = Field(ge=0, description="per-GPU efficiency is divided by 1 + tp_loss * log2(TP)")

@@ -41,9 +41,10 @@ async def verify_plan(out: PlanOutput, request: PlanInput) -> Verification:
     assert est is not None
     conc = max(1, min(MAX_CONCURRENCY, round(est.concurrency_per_replica * cand.data_parallel_size)))
     prompts = max(request.verify_prompts, conc)
+    # Warm-up requests keep a fresh server's first-request costs out of the measured window.
     bench = RunBenchmarkInput(url=request.verify_url, concurrency=conc, num_prompts=prompts, input_len=request.isl,
-                              output_len=request.osl, warmup_requests=min(conc, 4), serve_flags=serve_flags_for(
-                                  out, cand, request), save_result=request.verify_save_result,
+                              output_len=request.osl, warmup_requests=min(max(conc, 4), 16),
+                              serve_flags=serve_flags_for(out, cand, request), save_result=request.verify_save_result,
                               confirm=request.verify_confirm, label=f"plan-verify {cand.label()}")
     result = await run_benchmark(bench)
     res = result.result
