@@ -71,3 +71,14 @@ async def test_mcp_bad_input_is_tool_error() -> None:
         unknown = await client.call_tool("recommend_parallelism", {"model": "x/y", "gpu": "H100", "gpus": 2,
                                                                    "offline": True})
         assert unknown.is_error
+
+
+@pytest.mark.anyio
+async def test_mcp_verify_url_unreachable_is_tool_error() -> None:
+    async with Client(build_server()) as client:
+        result = await client.call_tool("recommend_parallelism", {"model": "llama-3.1-8b", "gpu": "H100", "gpus": 1,
+                                                                  "offline": True, "concurrency": 2,
+                                                                  "verify_url": "http://127.0.0.1:9"})
+        assert result.is_error
+        text = " ".join(getattr(c, "text", "") for c in result.content)
+        assert "127.0.0.1:9" in text, text
