@@ -15,8 +15,11 @@ if TYPE_CHECKING:
 def register(sub: Any) -> None:
     p = sub.add_parser("plan", help="recommend tensor/pipeline/data/expert parallelism and the vllm serve command",
                        description="Enumerate every parallel layout for MODEL on N GPUs, reject the invalid ones by "
-                                   "rule, and rank the rest with a roofline estimate (an estimate, not a "
-                                   "measurement).")
+                                   "rule, and rank the rest with a step-time estimate fitted to published "
+                                   "measurements (an estimate, not a measurement; its residuals are printed). "
+                                   "--estimator aic|both shows NVIDIA AIConfigurator's estimate beside ours; "
+                                   "--verify URL measures the first layout on a server you started with its "
+                                   "command.")
     p.add_argument("model", help="catalog name (e.g. deepseek-r1), local dir or config.json, or Hugging Face id")
     p.add_argument("--gpu", required=True, help="GPU type: H100, H200, B200, MI300X, ... or a full device name")
     p.add_argument("--gpus", required=True, type=int, help="number of GPUs available")
@@ -39,6 +42,18 @@ def register(sub: Any) -> None:
     p.add_argument("--revision", help="hub revision for Hugging Face ids")
     p.add_argument("--offline", action="store_true", help="never contact the hub (catalog and cache only)")
     p.add_argument("--top", type=int, default=5, help="candidates to show")
+    p.add_argument("--estimator", choices=("builtin", "aic", "both"), default="builtin",
+                   help="builtin: our fitted step-time model (default); aic: NVIDIA AIConfigurator's estimate "
+                        "beside each candidate (needs `pip install 'vllm-tune[aic]'`; NVIDIA GPUs and the model "
+                        "configs it ships); both: the two side by side")
+    p.add_argument("--verify", metavar="URL",
+                   help="after planning, run a short benchmark at the plan's workload against a vLLM server "
+                        "already started with the first candidate's command, and print estimate vs measured "
+                        "per metric (the result is saved with the plan's flags and hardware for `vllm-tune "
+                        "calibrate`)")
+    p.add_argument("--verify-prompts", type=int, default=40, help="measured requests of the --verify run")
+    p.add_argument("--verify-save-result", metavar="DIR", help="results directory for --verify")
+    p.add_argument("--yes", action="store_true", help="confirm sending the --verify load to a non-loopback server")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.set_defaults(handler=_plan)
 
@@ -70,9 +85,17 @@ def _plan(args: argparse.Namespace) -> int:
         goal=args.goal, isl=args.isl, osl=args.osl, concurrency=args.concurrency, rate=args.rate,
         slo_ttft_ms=ttft, slo_tpot_ms=tpot, quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
         max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
-        vllm_version=args.vllm_version, head_address=args.head_address, top=args.top,
+        vllm_version=args.vllm_version, head_address=args.head_address, top=args.top, estimator=args.estimator,
+        verify_url=args.verify, verify_prompts=args.verify_prompts, verify_save_result=args.verify_save_result,
+        verify_confirm=args.yes,
     )
     out = recommend_parallelism(request)
+    if request.verify_url is not None and out.feasible:
+        import asyncio
+
+        from vllm_tune.tools.parallel.verify import verify_plan
+
+        out = out.model_copy(update={"verification": asyncio.run(verify_plan(out, request))})
     if args.json:
         print_json(out)
     else:
@@ -107,9 +130,17 @@ def _candidate_lines(c: Candidate) -> list[str]:
     e = c.estimate
     if e is not None:
         slo = "" if e.meets_slo is None else ("  meets SLO" if e.meets_slo else "  MISSES SLO")
+        cal = f", calibrated for {e.calibration}" if e.calibration else ""
         lines.append(f"    estimate @ {e.concurrency_per_replica:.0f} req/replica: TTFT {e.ttft_ms:.0f} ms, TPOT "
                      f"{e.tpot_ms:.1f} ms, {e.output_tokens_per_s_per_gpu:,.0f} output tok/s/GPU "
-                     f"(bound by {e.bottleneck}){slo}")
+                     f"(bound by {e.bottleneck}{cal}){slo}")
+    pe = c.peer_estimate
+    if pe is not None:
+        if pe.output_tokens_per_s_per_gpu is not None:
+            lines.append(f"    {pe.estimator}: TTFT {pe.ttft_ms or 0:.0f} ms, TPOT {pe.tpot_ms or 0:.1f} ms, "
+                         f"{pe.output_tokens_per_s_per_gpu:,.0f} output tok/s/GPU ({pe.note})")
+        else:
+            lines.append(f"    {pe.estimator}: no estimate ({pe.note})")
     for r in c.reasons:
         lines.append(f"    + {r.why}  [{r.id}{', attributed claim' if r.attributed else ''}]")
     for w in c.warnings:
@@ -129,6 +160,10 @@ def render_plan(out: PlanOutput) -> str:
         "",
         out.summary,
     ]
+    if out.ranking_why:
+        lines.append(f"why: {out.ranking_why}")
+    if out.candidates and out.candidates[0].estimate is not None:
+        lines.append(f"uncertainty: {out.candidates[0].estimate.uncertainty}")
     for warning in out.warnings:
         lines.append(f"note: {warning}")
     for cand in out.candidates:
@@ -147,6 +182,18 @@ def render_plan(out: PlanOutput) -> str:
         for rule, labels in by_rule.items():
             example = next(r.why for r in out.rejected if r.rule == rule)
             lines.append(f"  [{rule}] {', '.join(labels[:8])}{' ...' if len(labels) > 8 else ''}: {example}")
+    if out.verification is not None:
+        v = out.verification
+        lines.append("")
+        lines.append(f"verify: {v.layout} at {v.concurrency} requests in flight, {v.num_prompts} requests "
+                     f"against {v.url} (result {v.result_path})")
+        for m in v.metrics:
+            ratio = f"{m.ratio:.2f}x" if m.ratio is not None else "n/a"
+            meas = f"{m.measured:,.1f}" if m.measured is not None else "n/a"
+            est = f"{m.estimate:,.1f}" if m.estimate is not None else "n/a"
+            lines.append(f"  {m.metric:22s} estimate {est:>12s}  measured {meas:>12s}  estimate/measured {ratio}")
+        lines.extend(f"  ! {w}" for w in v.warnings)
     lines.append("")
-    lines.append("Estimates are roofline estimates, not measurements; verify with `vllm-tune bench`.")
+    lines.append("Estimates are fitted step-time estimates, not measurements; verify with `--verify URL` or "
+                 "`vllm-tune bench`.")
     return "\n".join(lines)

@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
+from support.tiny_models import TinyModels
+from support.vllm_server import VllmServer
 
-from tests.support.tiny_models import TinyModels
-from tests.support.vllm_server import VllmServer
 from vllm_tune.tools.models import resolve_model
 from vllm_tune.tools.parallel import Layout, PlanInput, recommend_parallelism
 from vllm_tune.tools.parallel.memory import kv_bytes_per_token_per_gpu

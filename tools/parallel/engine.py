@@ -12,7 +12,7 @@ from vllm_tune.tools.models.facts import GpuSpec, ModelFacts, kv_dtype_bytes
 from vllm_tune.tools.models.resolve import resolve_model
 from vllm_tune.tools.parallel import rules as R
 from vllm_tune.tools.parallel.command import FLAG_IDS, check_version, flag_valid, render_command, serve_args
-from vllm_tune.tools.parallel.estimate import ESTIMATE_ASSUMPTIONS, estimate_for
+from vllm_tune.tools.parallel.estimate import estimate_assumptions
 from vllm_tune.tools.parallel.io import (
     Candidate,
     Cited,
@@ -27,14 +27,19 @@ from vllm_tune.tools.parallel.io import (
 )
 from vllm_tune.tools.parallel.memory import MEMORY_ASSUMPTIONS, memory_for, served_facts
 from vllm_tune.tools.parallel.multinode import plan_launch
+from vllm_tune.tools.parallel.params import EstimatorParams, HardwareCalibration, calibration_for, load_params
+from vllm_tune.tools.parallel.predict import default_max_num_seqs, predict
+from vllm_tune.tools.parallel.ranking import order_for_goal, why_first
+
+__all__ = ["default_max_num_seqs", "layouts_for", "recommend_parallelism"]
 
 MAX_REJECTED_SHOWN = 40
 SLO_MISS_PENALTY = 0.01
-
-
-def default_max_num_seqs(gpu: GpuSpec) -> int:
-    """vLLM's device-gated default for --max-num-seqs (see flag.max-num-seqs)."""
-    return 1024 if gpu.memory_gib >= 70 and not gpu.name.upper().startswith("A100") else 256
+# With no load given every layout is compared at the same total load: for throughput 128 requests per GPU
+# (enough to put any layout in its batched regime; a replica that cannot hold its share queues the rest), for
+# latency one request, for balanced 64.
+THROUGHPUT_LOAD_PER_GPU = 128
+BALANCED_LOAD = 64
 
 
 @dataclass
@@ -49,6 +54,8 @@ class _Context:
     kv_cache_dtype: str
     online_quantization: str | None
     concurrency: float
+    params: EstimatorParams
+    calibration: HardwareCalibration | None
     notes: list[str] = field(default_factory=list)
 
 
@@ -99,7 +106,7 @@ def _check(ctx: _Context, layout: Layout) -> tuple[R.Violation | None, MemoryBre
         return flag_problem, None
     mem = memory_for(ctx.facts, ctx.gpu, layout, gpu_memory_utilization=ctx.request.gpu_memory_utilization,
                      kv_cache_dtype=ctx.kv_cache_dtype, max_model_len=ctx.max_model_len,
-                     workload_len=ctx.request.isl + ctx.request.osl)
+                     workload_len=ctx.request.isl + ctx.request.osl / 2)
     if mem.kv_cache_gib <= 0:
         return R.Violation(R.R_MEMORY, f"weights {mem.weights_gib:.1f} GiB + activations and overhead "
                                        f"{mem.activation_gib + mem.overhead_gib:.1f} GiB exceed the "
@@ -151,45 +158,32 @@ def _context(request: PlanInput, facts: ModelFacts | None = None) -> _Context:
     load = float(request.concurrency) if request.concurrency is not None else 0.0
     notes = list(qnotes)
     if request.concurrency is None and request.rate is None:
-        load = 64.0
-        notes.append({"throughput": "no load given: estimates fill each replica up to its KV capacity or "
-                                    f"vLLM's default max_num_seqs ({default_max_num_seqs(gpu)}, flag.max-num-seqs)",
-                      "latency": "no load given: estimates assume one request in flight per replica",
-                      "balanced": "no load given: estimates assume 64 concurrent requests in total"}[request.goal])
+        load = {"throughput": float(THROUGHPUT_LOAD_PER_GPU * request.gpus), "latency": 1.0,
+                "balanced": float(BALANCED_LOAD)}[request.goal]
+        notes.append({"throughput": f"no load given: every layout is estimated at the same total load, "
+                                    f"{THROUGHPUT_LOAD_PER_GPU} requests per GPU ({load:.0f} in flight), spread "
+                                    "over its replicas; a replica holds what its KV cache and vLLM's default "
+                                    f"max_num_seqs ({default_max_num_seqs(gpu)}) allow and queues the rest",
+                      "latency": "no load given: every layout is estimated with one request in flight",
+                      "balanced": f"no load given: every layout is estimated at {BALANCED_LOAD} concurrent "
+                                  "requests in total"}[request.goal])
+    calibration = calibration_for(gpu.name)
+    if calibration is not None:
+        notes.append(f"using the calibration for {gpu.name} fitted from {len(calibration.runs)} benchmark run(s) "
+                     f"(step cost {calibration.step_fixed_ms:.2f} ms, efficiency x{calibration.efficiency_scale:.2f}; "
+                     "vllm-tune calibrate)")
     return _Context(facts=served, gpu=gpu, request=request, gpus_per_node=per_node, nvlink_domain=domain,
                     interconnect=interconnect, max_model_len=_default_max_len(served, request),
                     kv_cache_dtype=request.kv_cache_dtype, online_quantization="fp8" if online else None,
-                    concurrency=load, notes=notes)
+                    concurrency=load, params=load_params(), calibration=calibration, notes=notes)
 
 
 def _estimate(ctx: _Context, layout: Layout, mem: MemoryBreakdown) -> Estimate | None:
     r = ctx.request
-
-    def run(conc: float) -> Estimate | None:
-        return estimate_for(ctx.facts, ctx.gpu, layout, mem, isl=r.isl, osl=r.osl, concurrency_total=conc,
-                            kv_cache_dtype=ctx.kv_cache_dtype, interconnect=ctx.interconnect,
-                            gpus_per_node=ctx.nvlink_domain, slo_ttft_ms=r.slo_ttft_ms, slo_tpot_ms=r.slo_tpot_ms)
-
-    if r.rate is None and r.concurrency is None:
-        # No load given: throughput fills every replica, latency sends one request per replica.
-        if r.goal == "throughput":
-            cap = float(default_max_num_seqs(ctx.gpu))
-            per_replica = max(1.0, min(cap, math.floor(mem.max_concurrency_at_workload)))
-            return run(per_replica * layout.data_parallel_size * layout.replicas)
-        if r.goal == "latency":
-            return run(float(layout.data_parallel_size * layout.replicas))
-    if r.rate is None:
-        return run(ctx.concurrency)
-    # Little's law: in-flight requests = rate x time in system; iterate to a fixed point.
-    conc = max(1.0, r.rate)
-    est: Estimate | None = None
-    for _ in range(8):
-        est = run(conc)
-        if est is None:
-            return None
-        latency_s = (est.ttft_ms + r.osl * est.tpot_ms) / 1e3
-        conc = max(1.0, r.rate * latency_s)
-    return est
+    return predict(ctx.facts, ctx.gpu, layout, mem, isl=r.isl, osl=r.osl,
+                   concurrency=None if r.rate is not None else ctx.concurrency, rate=r.rate, params=ctx.params,
+                   calibration=ctx.calibration, kv_cache_dtype=ctx.kv_cache_dtype, interconnect=ctx.interconnect,
+                   domain=ctx.nvlink_domain, slo_ttft_ms=r.slo_ttft_ms, slo_tpot_ms=r.slo_tpot_ms)
 
 
 def _cite(rule_id: str, why: str) -> Cited:
@@ -337,8 +331,15 @@ def _evaluate(ctx: _Context, gpus_used: int) -> tuple[list[Candidate], list[Reje
         if est is not None and est.meets_slo is False:
             score *= SLO_MISS_PENALTY
         cands.append(cand.model_copy(update={"score": score}))
-    cands.sort(key=lambda c: (-c.score, c.gpus_used, c.pipeline_parallel_size, c.tensor_parallel_size))
+    cands = order_for_goal(cands, ctx.request.goal, _margin(ctx))
     return [c.model_copy(update={"rank": i + 1}) for i, c in enumerate(cands)], rejected
+
+
+def _margin(ctx: _Context) -> float:
+    """The estimator's p90 error: an estimated gain smaller than it does not overturn the measured rule that a
+    model fitting one GPU serves throughput best as TP1 replicas."""
+    r = ctx.params.residuals
+    return r.p90 if r is not None else 0.5
 
 
 def _any_fit(request: PlanInput, facts: ModelFacts, **update: object) -> bool:
@@ -394,7 +395,15 @@ def recommend_parallelism(request: PlanInput, *, facts: ModelFacts | None = None
         warnings.append(f"{ctx.gpu.name} has no bandwidth/FLOPS facts in the catalog: no performance estimate; "
                         "ranking uses KV capacity and TP size only")
     nodes = math.ceil(request.gpus / ctx.gpus_per_node)
+    why = why_first(cands, request.goal, _margin(ctx))
     top = cands[: request.top]
+    if request.estimator != "builtin" and top:
+        from vllm_tune.tools.parallel.peer import aic_estimates
+
+        peers, note = aic_estimates(ctx.facts, ctx.gpu, top, isl=request.isl, osl=request.osl)
+        top = [c.model_copy(update={"peer_estimate": pe}) for c, pe in zip(top, peers, strict=True)]
+        if note:
+            warnings.append(note)
     feasible = bool(cands)
     what = [] if feasible else _what_would_fit(request, raw, ctx)
     if feasible:
@@ -412,12 +421,12 @@ def recommend_parallelism(request: PlanInput, *, facts: ModelFacts | None = None
         gpus_per_node=ctx.gpus_per_node, nodes=nodes,
         workload={"isl": request.isl, "osl": request.osl, "concurrency": request.concurrency, "rate": request.rate,
                   "assumed_concurrency": ctx.concurrency if request.rate is None and request.concurrency is None
-                  and request.goal == "balanced" else None,
+                  else None,
                   "goal": request.goal, "max_model_len": ctx.max_model_len, "kv_cache_dtype": ctx.kv_cache_dtype,
                   "slo_ttft_ms": request.slo_ttft_ms, "slo_tpot_ms": request.slo_tpot_ms},
         assumptions=[f"max model length {ctx.max_model_len} (always passed as --max-model-len)",
                      f"gpu_memory_utilization {request.gpu_memory_utilization}",
-                     *MEMORY_ASSUMPTIONS, *ESTIMATE_ASSUMPTIONS],
+                     *MEMORY_ASSUMPTIONS, *estimate_assumptions(ctx.params)],
         candidates=top, rejected=rejected[:MAX_REJECTED_SHOWN], rejected_total=len(rejected),
-        what_would_fit=what, warnings=warnings,
+        what_would_fit=what, warnings=warnings, ranking_why=why,
     )

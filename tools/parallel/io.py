@@ -46,6 +46,17 @@ class PlanInput(BaseModel):
         default=None, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_-]*$",
         description="address (IP or host name) of the head node for multi-node commands; default: a placeholder")
     top: int = Field(default=5, ge=1, le=50, description="how many candidates to return")
+    estimator: Literal["builtin", "aic", "both"] = Field(
+        default="builtin", description="builtin = our fitted step-time model; aic = NVIDIA AIConfigurator's "
+                                       "(needs the `aic` extra; NVIDIA GPUs and models it knows); both = side by side")
+    verify_url: str | None = Field(
+        default=None, description="base URL of a vLLM server already started with the top candidate's command: "
+                                  "run a short benchmark at the plan's workload and report estimate vs measured")
+    verify_prompts: int = Field(default=40, ge=4, le=2000, description="measured requests of the verify run")
+    verify_save_result: str | None = Field(default=None, description="results directory for the verify run "
+                                                                     "(default ./vllm-tune-results)")
+    verify_confirm: bool = Field(default=False, description="must be true to send the verify load to a "
+                                                            "non-loopback server")
 
     @model_validator(mode="after")
     def _one_load(self) -> PlanInput:
@@ -73,11 +84,13 @@ class MemoryBreakdown(BaseModel):
     kv_bytes_per_token: float = Field(description="KV bytes one token takes on this GPU")
     kv_tokens_per_replica: int
     max_concurrency_at_max_len: float = Field(description="vLLM's 'Maximum concurrency for N tokens' analogue")
-    max_concurrency_at_workload: float = Field(description="requests of isl+osl tokens that fit in KV at once")
+    max_concurrency_at_workload: float = Field(
+        description="requests that fit in KV at once at the mean live context isl + osl/2 (vLLM allocates blocks "
+                    "on demand, so a running request holds its prompt plus the tokens generated so far)")
 
 
 class Estimate(BaseModel):
-    """Roofline estimate; never a measurement. Verify with run_benchmark."""
+    """Step-time estimate fitted to published measurements; never a measurement. Verify with run_benchmark."""
 
     label: Literal["estimate"] = "estimate"
     concurrency_per_replica: float
@@ -87,8 +100,39 @@ class Estimate(BaseModel):
     output_tokens_per_s_per_gpu: float
     meets_slo: bool | None = Field(description="None when no SLO was given")
     goodput_requests_per_s: float | None = Field(description="requests/s that meet the SLO (0 if the SLO is missed)")
-    uncertainty: str
+    uncertainty: str = Field(description="the fitted model's residuals on published measurements")
     bottleneck: str
+    calibration: str | None = Field(default=None, description="hardware calibration used (vllm-tune calibrate)")
+
+
+class PeerEstimate(BaseModel):
+    """Another estimator's figures for the same layout and load (e.g. NVIDIA AIConfigurator)."""
+
+    estimator: str = Field(description="name and version")
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    output_tokens_per_s: float | None = None
+    output_tokens_per_s_per_gpu: float | None = None
+    note: str | None = Field(default=None, description="why there is no figure, or what was assumed")
+
+
+class MetricCheck(BaseModel):
+    metric: str
+    estimate: float | None
+    measured: float | None
+    ratio: float | None = Field(description="estimate / measured")
+
+
+class Verification(BaseModel):
+    """Estimate vs measurement on the live server (plan --verify)."""
+
+    url: str
+    layout: str
+    concurrency: int
+    num_prompts: int
+    result_path: str | None
+    metrics: list[MetricCheck]
+    warnings: list[str] = Field(default_factory=list)
 
 
 class Layout(BaseModel):
@@ -138,6 +182,7 @@ class Candidate(Layout):
         default_factory=list, description="per-node commands when one copy spans nodes (empty on one node)")
     memory: MemoryBreakdown
     estimate: Estimate | None
+    peer_estimate: PeerEstimate | None = Field(default=None, description="AIConfigurator's figures (--estimator)")
     reasons: list[Cited]
     warnings: list[Cited] = Field(default_factory=list)
 
@@ -162,3 +207,6 @@ class PlanOutput(BaseModel):
     rejected_total: int = Field(description="rejected layouts before truncation")
     what_would_fit: list[str] = Field(default_factory=list, description="when nothing fits: what would")
     warnings: list[str] = Field(default_factory=list)
+    ranking_why: str | None = Field(default=None, description="one line: why the first layout beats the next "
+                                                              "kind of layout, with the figures")
+    verification: Verification | None = None

@@ -140,7 +140,9 @@ def activation_bytes(facts: ModelFacts, layout: Layout) -> float:
 
 
 def memory_for(facts: ModelFacts, gpu: GpuSpec, layout: Layout, *, gpu_memory_utilization: float,
-               kv_cache_dtype: str, max_model_len: int, workload_len: int) -> MemoryBreakdown:
+               kv_cache_dtype: str, max_model_len: int, workload_len: float) -> MemoryBreakdown:
+    """Per-GPU memory; workload_len is the mean live context of a request (isl + osl/2: blocks are allocated
+    on demand as tokens are generated)."""
     usable = gpu.memory_gib * GIB * gpu_memory_utilization
     weights = weights_per_gpu(facts, layout)
     act = activation_bytes(facts, layout)
@@ -150,7 +152,8 @@ def memory_for(facts: ModelFacts, gpu: GpuSpec, layout: Layout, *, gpu_memory_ut
     tokens = int(max(kv, 0) // per_token) if per_token > 0 else 0
     seq_sliding = sliding_bytes_per_seq(facts, layout, kv_cache_dtype, max_model_len)
     need_max = max_model_len * per_token + seq_sliding
-    need_work = workload_len * per_token + sliding_bytes_per_seq(facts, layout, kv_cache_dtype, workload_len)
+    need_work = workload_len * per_token + sliding_bytes_per_seq(facts, layout, kv_cache_dtype,
+                                                                 math.ceil(workload_len))
     return MemoryBreakdown(
         usable_gib=usable / GIB, weights_gib=weights / GIB, activation_gib=act / GIB, overhead_gib=overhead / GIB,
         kv_cache_gib=kv / GIB, kv_bytes_per_token=per_token, kv_tokens_per_replica=tokens,
