@@ -125,3 +125,13 @@ def test_fit_recovers_a_stream_start_floor() -> None:
             assert abs(r.relative_error) < 0.1, r
         if r.metric == "request_throughput":
             assert abs(r.relative_error) < 0.3, r
+
+
+def test_saved_results_calibrate_with_the_flags_the_run_recorded() -> None:
+    from vllm_tune.tools.whatif.calibrate import calibrate_from_results
+
+    root = Path(__file__).resolve().parents[2] / "knowledge" / "samples" / "runs"
+    recorded = calibrate_from_results([str(root / "max-num-seqs-2.json")])
+    assert recorded.engine.max_num_seqs == 2  # not vLLM's default: the run said --max-num-seqs 2
+    told = calibrate_from_results([str(root / "max-num-seqs-2.json")], serve_flags={"max_num_seqs": "3"})
+    assert told.engine.max_num_seqs == 3  # what the caller says wins

@@ -364,14 +364,21 @@ def calibrate_from_results(paths: list[str], *, serve_flags: dict[str, str] | No
     observed: list[Observed] = []
     cache_config: dict[str, str] = {}
     max_model_len: int | None = None
+    recorded: dict[str, str] = {}
     for p in paths:
         result = read_result(p)
         observed.append(observed_from_result(result, Path(p).stem if Path(p).is_file() else Path(p).name))
         cache_config = cache_config or dict((result.get("server") or {}).get("cache_config") or {})
-        max_model_len = max_model_len or (result.get("provenance") or {}).get("max_model_len")
-    eng = engine or engine_from(cache_config, serve_flags, max_model_len)
-    return fit(observed, eng, source="results", conditions={"results": list(paths),
-                                                            "serve_flags": dict(serve_flags or {})})
+        prov = result.get("provenance") or {}
+        max_model_len = max_model_len or prov.get("max_model_len")
+        for block in ("serve_flags_from_metrics", "serve_flags_from_caller"):  # the caller's win: they know more
+            if p == paths[0] and isinstance(prov.get(block), dict):
+                recorded.update({str(k): str(v) for k, v in prov[block].items()})
+    # The flags the run recorded are the server's, unless the caller says otherwise: guessing vLLM's defaults
+    # for a server that ran with --max-num-seqs 2 would fit the step times to the wrong batch sizes.
+    flags = {**recorded, **(serve_flags or {})}
+    eng = engine or engine_from(cache_config, flags, max_model_len)
+    return fit(observed, eng, source="results", conditions={"results": list(paths), "serve_flags": flags})
 
 
 def read_result(path: str) -> dict[str, Any]:
