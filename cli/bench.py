@@ -44,6 +44,8 @@ def register(sub: Any) -> None:
     p.add_argument("--save-result", metavar="DIR", help="results directory (default ./vllm-tune-results)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, help="load processes (default: automatic)")
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="give up on one request after this long (default 600; an endless stream ends here)")
     p.add_argument("--serve-flag", action="append", default=[], metavar="KEY=VALUE",
                    help="server flag to record in provenance (repeatable)")
     p.add_argument("--label")
@@ -85,7 +87,8 @@ def _input(args: argparse.Namespace) -> Any:
         ignore_eos=not args.no_ignore_eos, warmup_requests=args.warmup, slo=slo, slo_percentile=args.slo_percentile,
         percentiles=percentiles, search_capacity=args.search_capacity, search_variable=args.search_variable,
         search_max=args.search_max, search_prompts=args.search_prompts, save_result=args.save_result,
-        seed=args.seed, confirm=args.yes, serve_flags=flags, workers=args.workers, label=args.label, plot=args.plot)
+        seed=args.seed, confirm=args.yes, serve_flags=flags, workers=args.workers, label=args.label, plot=args.plot,
+        request_timeout_s=args.request_timeout)
 
 
 class _Bar:

@@ -79,8 +79,9 @@ class ServerTokenizer:
                                               "return_token_strs": True})
         pieces = body.get("token_strs")
         ids = [int(t) for t in body["tokens"]]
-        ok = isinstance(pieces, list) and len(pieces) == len(ids)
-        return ids, [str(p) for p in pieces] if ok else None
+        if not isinstance(pieces, list) or len(pieces) != len(ids):
+            return ids, None
+        return ids, [str(p) for p in pieces]
 
     async def count(self, text: str) -> int:
         """Tokens the server counts for this prompt as sent (specials or chat template included)."""

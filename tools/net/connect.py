@@ -166,7 +166,7 @@ def _env_proxy(url: httpx.URL) -> str | None:
     """The environment's proxy for this URL, honouring NO_PROXY, when the operator opted in."""
     if not proxies_enabled():
         return None
-    if urllib.request.proxy_bypass_environment(url.host):
+    if urllib.request.proxy_bypass_environment(url.host):  # type: ignore[attr-defined]
         return None
     found = urllib.request.getproxies_environment()
     return found.get(url.scheme) or found.get("all")
@@ -188,6 +188,13 @@ def _check_headers(response: httpx.Response, request: httpx.Request, max_bytes: 
         raise httpx.DecodingError(f"unrequested content-encoding {encoding!r}", request=request)
 
 
+def _timeout(exc: httpx.TimeoutException, deadline: float, request: httpx.Request) -> httpx.TimeoutException:
+    """The overall deadline, named as such when it is what ran out (not one read's timeout)."""
+    if time.monotonic() >= deadline - 0.01:
+        return DeadlineExceededError("the overall deadline of the request passed", request=request)
+    return exc
+
+
 class _BoundedStream(httpx.SyncByteStream):
     def __init__(self, inner: httpx.SyncByteStream, request: httpx.Request, deadline: float, max_bytes: int) -> None:
         self._inner, self._request, self._deadline, self._max = inner, request, deadline, max_bytes
@@ -201,6 +208,8 @@ class _BoundedStream(httpx.SyncByteStream):
                 chunk = next(chunks)
             except StopIteration:
                 return
+            except httpx.TimeoutException as exc:
+                raise _timeout(exc, self._deadline, self._request) from None
             finally:
                 _deadline.reset(token)
             seen += len(chunk)
@@ -228,6 +237,8 @@ class _AsyncBoundedStream(httpx.AsyncByteStream):
                 chunk = await chunks.__anext__()
             except StopAsyncIteration:
                 return
+            except httpx.TimeoutException as exc:
+                raise _timeout(exc, self._deadline, self._request) from None
             finally:
                 _deadline.reset(token)
             seen += len(chunk)
@@ -271,6 +282,8 @@ class GuardedTransport(httpx.BaseTransport):
         token = _deadline.set(deadline)
         try:
             response = self._route(request).handle_request(request)
+        except httpx.TimeoutException as exc:
+            raise _timeout(exc, deadline, request) from None
         finally:
             _deadline.reset(token)
         try:
@@ -316,6 +329,8 @@ class AsyncGuardedTransport(httpx.AsyncBaseTransport):
         token = _deadline.set(deadline)
         try:
             response = await (await self._route(request)).handle_async_request(request)
+        except httpx.TimeoutException as exc:
+            raise _timeout(exc, deadline, request) from None
         finally:
             _deadline.reset(token)
         try:
