@@ -1,7 +1,7 @@
 """Exact-length prompts cost at most two tokenizer calls each on the real vLLM CPU server (issue 18, perf).
 
-The old synthesis cut random token slices (often mid-word), so the re-tokenized text came out a token or
-two off and it retried up to 8 times, two calls per try. Now prompts are runs of whole words whose token
+The old synthesis detokenized a random token slice and re-counted it (two calls per try), retrying up
+to 8 times when the cut fell mid-word and the count came out off. Now prompts are runs of whole words whose token
 counts are known from one tokenized pool; the requests each call sends are counted at the client.
 """
 
@@ -42,5 +42,7 @@ async def test_exact_prompts_take_at_most_two_tokenizer_calls_each(vllm_server: 
     one, _ = await _build(vllm_server.url, vllm_server.model, lens[:1], chat)
     many, items = await _build(vllm_server.url, vllm_server.model, lens, chat)
     per_prompt = (many - one) / (PROMPTS - 1)  # the pool and the round-trip check cost the same in both
-    assert per_prompt <= 2.0, f"{per_prompt:.2f} tokenizer calls per prompt"
+    # Two calls at most by construction; a run of whole words usually needs only the confirming count
+    # (measured: 1.00 per prompt here, the old slice-and-retry synthesis 2.00 on this tokenizer).
+    assert per_prompt <= 1.25, f"{per_prompt:.2f} tokenizer calls per prompt"
     assert [it.prompt_len for it in items] == lens  # still exact, as the server counts them

@@ -32,13 +32,13 @@ class Net:
     def resolve(self, name: str, *addresses: str) -> None:
         self.names[name] = lambda: list(addresses)
 
-    def rebind(self, name: str, first: list[str], then: list[str]) -> None:
-        """`name` answers `first` on its first lookup and `then` on every later one."""
+    def rebind(self, name: str, first: list[str], then: list[str], first_n: int = 1) -> None:
+        """`name` answers `first` on its first `first_n` lookups and `then` on every later one."""
         calls = {"n": 0}
 
         def answer() -> list[str]:
             calls["n"] += 1
-            return first if calls["n"] == 1 else then
+            return first if calls["n"] <= first_n else then
 
         self.names[name] = answer
 

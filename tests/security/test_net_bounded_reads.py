@@ -129,6 +129,7 @@ class _EmptyTokenizer(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.calls += 1
+        await asyncio.sleep(0)  # a real server answers asynchronously, so a timeout around the loop can fire
         if request.url.path == "/tokenize":
             return httpx.Response(200, json={"tokens": [], "count": 0, "max_model_len": 64})
         return httpx.Response(200, json={"prompt": ""})

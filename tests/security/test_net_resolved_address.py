@@ -17,9 +17,8 @@ from vllm_tune.tools.bench.api import RunBenchmarkInput, run_benchmark
 from vllm_tune.tools.bench.records import RequestRecord
 from vllm_tune.tools.bench.transport import StreamingPool
 from vllm_tune.tools.diagnose.api import DiagnoseInput, diagnose_metrics
-from vllm_tune.tools.errors import TargetNotAllowedError, VllmTuneError
+from vllm_tune.tools.errors import TargetNotAllowedError
 from vllm_tune.tools.net import SecretRedactor, TargetPolicy, fetch_text, http_client
-from vllm_tune.tools.net.connect import async_guarded_client
 
 METADATA = "169.254.169.254"
 
@@ -74,6 +73,8 @@ def test_async_client_is_pinned_too(net: Net, serve: Any) -> None:
     served: Served = serve(lambda req: reply(req, 200, b'{"data": []}'))
     net.rebind("flip.test", ["127.0.0.1"], [METADATA])
 
+    from vllm_tune.tools.net.connect import async_guarded_client
+
     async def go() -> int:
         async with async_guarded_client(TargetPolicy.of([])) as client:
             return (await client.get(f"http://flip.test:{served.port}/v1/models")).status_code
@@ -103,11 +104,13 @@ def test_benchmark_refused_before_any_connection(net: Net, tmp_path: Any, monkey
 
 
 def test_benchmark_control_client_rechecks_a_rebinding_name(net: Net, tmp_path: Any) -> None:
-    """The check passes on the first answer; the control client's own lookup sees metadata and stops."""
-    net.rebind("flip.test", ["127.0.0.1"], [METADATA])
+    """The check (and the loopback test) pass on the first answers; the control client's own lookup sees
+    metadata and stops before connecting."""
+    net.rebind("flip.test", ["127.0.0.1"], [METADATA], first_n=2)
     req = RunBenchmarkInput(url="http://flip.test:8000", concurrency=1, num_prompts=1, save_result=str(tmp_path))
-    with pytest.raises(VllmTuneError):
+    with pytest.raises(TargetNotAllowedError, match="by address"):
         asyncio.run(run_benchmark(req, policy=TargetPolicy.of([])))
+    assert len(net.lookups) == 3
     assert not net.attempted(METADATA)
 
 
