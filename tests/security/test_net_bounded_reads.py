@@ -147,3 +147,35 @@ def test_tokenize_without_tokens_ends_with_an_error_not_a_loop() -> None:
     with pytest.raises(TargetError, match="no tokens"):
         asyncio.run(go())
     assert transport.calls < 10
+
+
+def test_request_timeout_flag_reaches_the_benchmark_input() -> None:
+    from vllm_tune.cli.bench import _input
+    from vllm_tune.cli.main import build_parser
+
+    args = build_parser().parse_args(["bench", "http://127.0.0.1:8000", "--concurrency", "1",
+                                      "--request-timeout", "2.5"])
+    assert _input(args).request_timeout_s == 2.5
+
+
+def test_endless_completion_stream_ends_at_the_request_timeout(net: Net, serve: Any) -> None:
+    from vllm_tune.tools.bench.records import RequestRecord
+    from vllm_tune.tools.bench.transport import StreamingPool
+    from vllm_tune.tools.net import SecretRedactor
+
+    event = b'data: {"choices": [{"text": "x"}]}\n\n'
+    handler, _sent = _chunked_forever(total=10**12, piece=event, delay_s=0.01)
+    served: Served = serve(handler)
+    rec = RequestRecord(0, 0.0)
+
+    async def go() -> None:
+        pool = StreamingPool(served.url, max_connections=1, timeout_s=1.0, api_key=None, redact=SecretRedactor(),
+                             policy=TargetPolicy.of([]))
+        await pool.send(pool.request_bytes("/v1/completions", b"{}"), rec, chat=False)
+        pool.close()
+
+    start = time.monotonic()
+    asyncio.run(go())
+    assert time.monotonic() - start < 4.0
+    assert not rec.success and "timed out after 1 s" in rec.error
+    assert rec.chunks > 10  # it was streaming tokens the whole time
