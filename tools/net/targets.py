@@ -116,7 +116,8 @@ class TargetPolicy:
         """This policy plus one explicitly named target (e.g. a URL the operator typed on the CLI)."""
         parts = urlsplit(normalize_base_url(url))
         host = (parts.hostname or "").lower()
-        return TargetPolicy.of([*self.allowed, *(str(n) for n in self._networks), f"{host}:{parts.port}"
+        shown = f"[{host}]" if ":" in host else host  # fd00::1:8000 would read as an address, not host:port
+        return TargetPolicy.of([*self.allowed, *(str(n) for n in self._networks), f"{shown}:{parts.port}"
                                 if parts.port else host], self.allow_loopback)
 
     def is_loopback(self, url: str) -> bool:
