@@ -259,10 +259,10 @@ class GuardedTransport(httpx.BaseTransport):
                  verify: bool | Any = True) -> None:
         self._policy, self._max, self._deadline_s = policy, max_bytes, deadline_s
         self._verify, self._max_connections = verify, max_connections
-        self._direct = httpx.HTTPTransport(verify=verify)
+        ssl_context = httpx.create_ssl_context(verify=verify)  # built once (loading CA roots is not free)
+        self._direct = httpx.HTTPTransport(verify=ssl_context)
         self._direct._pool = httpcore.ConnectionPool(  # the pool httpx builds, on our backend
-            ssl_context=httpx.create_ssl_context(verify=verify), network_backend=PinnedBackend(policy),
-            **_limits(max_connections))
+            ssl_context=ssl_context, network_backend=PinnedBackend(policy), **_limits(max_connections))
         self._proxied: dict[str, httpx.HTTPTransport] = {}
 
     def _route(self, request: httpx.Request) -> httpx.BaseTransport:
@@ -308,10 +308,10 @@ class AsyncGuardedTransport(httpx.AsyncBaseTransport):
                  verify: bool | Any = True) -> None:
         self._policy, self._max, self._deadline_s = policy, max_bytes, deadline_s
         self._verify = verify
-        self._direct = httpx.AsyncHTTPTransport(verify=verify)
+        ssl_context = httpx.create_ssl_context(verify=verify)
+        self._direct = httpx.AsyncHTTPTransport(verify=ssl_context)
         self._direct._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify), network_backend=AsyncPinnedBackend(policy),
-            **_limits(max_connections))
+            ssl_context=ssl_context, network_backend=AsyncPinnedBackend(policy), **_limits(max_connections))
         self._proxied: dict[str, httpx.AsyncHTTPTransport] = {}
 
     async def _route(self, request: httpx.Request) -> httpx.AsyncBaseTransport:
