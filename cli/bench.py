@@ -101,6 +101,8 @@ def register(sub: Any) -> None:
                    help="file name for --save-result (default: vllm bench serve's pattern)")
     p.add_argument("--seed", type=int, default=0, help="random seed of prompts and arrivals")
     p.add_argument("--workers", type=int, help="load processes (default: automatic)")
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="give up on one request after this long (default 600; an endless stream ends here)")
     p.add_argument("--serve-flag", action="append", default=[], metavar="KEY=VALUE",
                    help="server flag to record in provenance (repeatable)")
     p.add_argument("--label", type=str, default=None, help="label stored with the result")
@@ -205,7 +207,7 @@ def _input(args: argparse.Namespace) -> Any:
         slo_percentile=args.slo_percentile, percentiles=percentiles, search_capacity=args.search_capacity,
         search_variable=args.search_variable, search_max=args.search_max, search_prompts=args.search_prompts,
         save_result=args.result_dir, seed=args.seed, confirm=args.yes, serve_flags=flags, workers=args.workers,
-        label=args.label, plot=args.plot)
+        label=args.label, plot=args.plot, request_timeout_s=args.request_timeout)
 
 
 class _Bar:

@@ -14,6 +14,9 @@ def register(sub: Any) -> None:
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (loopback by default)")
     p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT]",
+                   help="a Host header clients may use (repeatable), e.g. the name behind a reverse proxy; "
+                        "a bind-all --host already accepts this machine's names and addresses")
     p.set_defaults(handler=_run)
 
 
@@ -30,5 +33,5 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     from vllm_tune.server.http import run_http
 
-    run_http(mcp, args.host, args.port, os.environ.get("VLLM_TUNE_MCP_TOKEN") or None)
+    run_http(mcp, args.host, args.port, os.environ.get("VLLM_TUNE_MCP_TOKEN") or None, args.allowed_host)
     return 0

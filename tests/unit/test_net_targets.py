@@ -87,3 +87,12 @@ def test_redactor_hides_env_secrets_and_bearer_tokens(monkeypatch: pytest.Monkey
     assert "sk-very-secret-123" not in text
     assert "abc.def-ghi" not in text
     assert text.count("***") == 2
+
+
+def test_with_target_ipv6_with_port_allows_exactly_that_target() -> None:
+    policy = TargetPolicy.of([]).with_target("http://[fd00::1]:8000")
+    assert policy.check("http://[fd00::1]:8000")
+    with pytest.raises(TargetNotAllowedError):
+        policy.check("http://[fd00::1]:8001")
+    with pytest.raises(TargetNotAllowedError):
+        policy.check("http://[fd00::1:8000]:80")  # the address the old entry text spelled

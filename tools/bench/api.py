@@ -33,6 +33,7 @@ from vllm_tune.tools.bench.server_watch import ServerWatch, attach_diagnosis
 from vllm_tune.tools.bench.store import ResultStore, RunStatus, StatusWriter, new_run_id, results_dir
 from vllm_tune.tools.errors import BadInputError, TargetError
 from vllm_tune.tools.files import regular_file
+from vllm_tune.tools.net.connect import async_guarded_client
 from vllm_tune.tools.net.http import SecretRedactor, api_key
 from vllm_tune.tools.net.targets import TargetPolicy
 from vllm_tune.tools.surface import say
@@ -41,6 +42,10 @@ MAX_REQUESTS = 10_000
 MAX_DURATION_S = 1_800.0
 MAX_CONCURRENCY = 1_024
 DEFAULT_PROMPTS = 200
+# The control plane (/v1/models, /version, /tokenize, /detokenize, /metrics during the run): every answer
+# is small; a server that streams more, or takes longer, is refused instead of filling memory or hanging.
+CONTROL_MAX_BYTES = 16 * 1024 * 1024
+CONTROL_DEADLINE_S = 60.0
 
 ProgressCallback = Callable[[float, float | None, str], Awaitable[None]]
 
@@ -207,8 +212,10 @@ def check_target(req: RunBenchmarkInput, policy: TargetPolicy | None = None) -> 
 class _Session:
     """Everything one run_benchmark call shares between its measured runs."""
 
-    def __init__(self, req: RunBenchmarkInput, base: str, key: str | None, ctl: httpx.AsyncClient) -> None:
+    def __init__(self, req: RunBenchmarkInput, base: str, key: str | None, ctl: httpx.AsyncClient,
+                 policy: TargetPolicy | None = None) -> None:
         self.req, self.base, self.key, self.ctl = req, base, key, ctl
+        self.policy = policy
         self.model = req.model or ""
         self.version: str | None = None
         self.max_model_len: int | None = None
@@ -339,7 +346,7 @@ async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concur
         info.notes.append(f"closed loop for {req.duration_s:g} s: {len(items) - req.warmup_requests} prompts are "
                           "reused in order (later repeats may hit the prefix cache)")
     plan = LoadPlan(s.base, req.endpoint, measured, offsets, cap, req.duration_s, req.request_timeout_s,
-                    min(30.0, req.request_timeout_s), s.key)
+                    min(30.0, req.request_timeout_s), s.key, s.policy)
     progress.total = len(measured)
     if warm:
         await warm_up(plan, warm, min(len(warm), 4))
@@ -435,7 +442,8 @@ async def run_benchmark(req: RunBenchmarkInput, *, report: ProgressCallback | No
                         stop: Callable[[], bool] = lambda: False, run_id: str | None = None,
                         policy: TargetPolicy | None = None) -> RunBenchmarkOutput:
     """Run the benchmark (and capacity search) in this task; results are saved under the results directory."""
-    base = check_target(req, policy)
+    pol = policy or TargetPolicy.from_env()
+    base = check_target(req, pol)
     key = api_key()
     store = ResultStore(results_dir(req.save_result))
     rid = run_id or new_run_id()
@@ -454,9 +462,9 @@ async def run_benchmark(req: RunBenchmarkInput, *, report: ProgressCallback | No
             await report(done, total, message)
 
     try:
-        async with httpx.AsyncClient(base_url=base, headers=auth_headers(key), timeout=30.0,
-                                     follow_redirects=False) as ctl:
-            session = _Session(req, base, key, ctl)
+        async with async_guarded_client(pol, base_url=base, headers=auth_headers(key), timeout=30.0,
+                                        deadline_s=CONTROL_DEADLINE_S, max_bytes=CONTROL_MAX_BYTES) as ctl:
+            session = _Session(req, base, key, ctl, pol)
             await session.probe()
             capacity: CapacityResult | None = None
             if req.search_capacity:

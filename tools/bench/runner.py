@@ -36,6 +36,7 @@ from vllm_tune.tools.bench.metrics import percentile
 from vllm_tune.tools.bench.records import RecordLog, RequestRecord
 from vllm_tune.tools.bench.transport import Clock, StreamingPool, precise_loop
 from vllm_tune.tools.net.http import SecretRedactor
+from vllm_tune.tools.net.targets import TargetPolicy
 
 CANCELLED = "cancelled"
 # Client CPU per request, measured with bench/bench_loadgen.py on the 2-core box: ~0.15 ms fixed (task,
@@ -60,6 +61,7 @@ class LoadPlan:
     timeout_s: float = 600.0
     grace_s: float = 30.0  # after the send window, how long requests in flight may finish
     api_key: str | None = field(default=None, repr=False)
+    policy: TargetPolicy | None = None  # the targets the load may reach (default: the environment's)
 
     @property
     def open_loop(self) -> bool:
@@ -108,7 +110,8 @@ class _Sender:
         self.tasks: set[asyncio.Task[None]] = set()
         redact = SecretRedactor([plan.api_key] if plan.api_key else None)
         self.pool = StreamingPool(plan.base_url, max_connections=concurrency or plan.pool_size(len(indices)),
-                                  timeout_s=plan.timeout_s, api_key=plan.api_key, redact=redact, clock=clock)
+                                  timeout_s=plan.timeout_s, api_key=plan.api_key, redact=redact, clock=clock,
+                                  policy=plan.policy)
         self.path = ENDPOINT_PATHS[plan.endpoint]
         self._last_body: bytes | None = None
         self._last_wire = b""
@@ -445,7 +448,7 @@ async def warm_up(plan: LoadPlan, bodies: list[bytes], concurrency: int) -> int:
     if not bodies:
         return 0
     warm = LoadPlan(plan.base_url, plan.endpoint, bodies, None, max(1, min(concurrency, len(bodies))), None,
-                    plan.timeout_s, plan.grace_s, plan.api_key)
+                    plan.timeout_s, plan.grace_s, plan.api_key, plan.policy)
     outcome = await run_load(warm, workers=1, stop=lambda: False, progress=Progress(len(bodies)), start_delay_s=0.0)
     with contextlib.suppress(Exception):
         gc.collect()

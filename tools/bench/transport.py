@@ -28,11 +28,18 @@ from urllib.parse import urlsplit
 
 from vllm_tune.tools.bench.client import StreamTimer
 from vllm_tune.tools.bench.records import RequestRecord
+from vllm_tune.tools.errors import VllmTuneError
 from vllm_tune.tools.net.http import SecretRedactor
+from vllm_tune.tools.net.targets import TargetPolicy
 
 _HEAD, _SIZE, _DATA, _LENGTH, _UNTIL_CLOSE, _DONE = range(6)
 Clock = Callable[[], float]
 _SELECT_MAX_FD = 1024  # select() cannot watch descriptors at or above FD_SETSIZE
+# A response may stream at most this much (a max_tokens-bounded completion is a few MB of SSE even at
+# 100k tokens), and a header block or a single SSE event at most this much: a server that never ends
+# one cannot make the client hold the bytes.
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+MAX_HEAD_BYTES = 64 * 1024
 
 
 class PreciseSelector(selectors.EpollSelector):
@@ -76,6 +83,7 @@ class _Conn(asyncio.Protocol):
         self.keep_alive = True
         self.got_bytes = False
         self.error_body = bytearray()
+        self.received = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -95,6 +103,7 @@ class _Conn(asyncio.Protocol):
         self.buf.clear()
         self.error_body.clear()
         self.state, self.timer, self.fut, self.status, self.got_bytes = _HEAD, timer, fut, 0, False
+        self.received = 0
         assert self.transport is not None
         self.transport.write(data)
 
@@ -114,14 +123,21 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = self.clock()
         self.got_bytes = True
+        self.received += len(data)
         buf = self.buf
         buf += data
         try:
+            if self.received > MAX_RESPONSE_BYTES:
+                raise ValueError(f"the response passed {MAX_RESPONSE_BYTES >> 20} MiB")
             self._parse(buf, now)
+            if self.state == _HEAD and len(buf) > MAX_HEAD_BYTES:
+                raise ValueError(f"a header block over {MAX_HEAD_BYTES >> 10} KiB")
         except (ValueError, IndexError) as exc:
             if self.fut is not None and not self.fut.done():
                 self.fut.set_exception(ConnectionError(f"malformed HTTP response: {exc}"))
             self.keep_alive = False
+            if self.transport is not None:
+                self.transport.close()
 
     def _parse(self, buf: bytearray, now: float) -> None:  # noqa: C901 - one small state machine
         while True:
@@ -188,8 +204,11 @@ class StreamingPool:
     """Keep-alive connections to one server; at most `max_connections` requests in flight."""
 
     def __init__(self, base_url: str, *, max_connections: int, timeout_s: float, api_key: str | None,
-                 redact: SecretRedactor, clock: Clock = time.perf_counter) -> None:
+                 redact: SecretRedactor, clock: Clock = time.perf_counter, policy: TargetPolicy | None = None) -> None:
         self._clock = clock
+        self._policy = policy or TargetPolicy.from_env()
+        self._addresses: list[str] | None = None
+        self._resolving = asyncio.Lock()
         parts = urlsplit(base_url)
         self.host = parts.hostname or "127.0.0.1"
         self.tls = parts.scheme == "https"
@@ -207,9 +226,23 @@ class StreamingPool:
 
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
-        _transport, conn = await loop.create_connection(lambda: _Conn(self._clock), self.host, self.port,
-                                                        ssl=self._ssl)
-        return conn
+        async with self._resolving:
+            if self._addresses is None:
+                # Resolved and checked once for the pool: every connection goes to an address the policy
+                # passed, whatever the name resolves to later. TLS still verifies the original name.
+                checked = await loop.run_in_executor(None, self._policy.addresses, self.host, self.port)
+                self._addresses = [str(a) for a in checked]
+        error: OSError | None = None
+        for address in self._addresses:
+            try:
+                _transport, conn = await loop.create_connection(
+                    lambda: _Conn(self._clock), address, self.port, ssl=self._ssl,
+                    server_hostname=self.host if self._ssl else None)
+                return conn
+            except OSError as exc:
+                error = exc
+        assert error is not None
+        raise error
 
     def request_bytes(self, path: str, body: bytes) -> bytes:
         return (f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}Content-Length: {len(body)}\r\n\r\n").encode() \
@@ -254,6 +287,9 @@ class StreamingPool:
             except TimeoutError:
                 rec.success = False
                 rec.error = f"timed out after {self.timeout_s:g} s"
+            except VllmTuneError as exc:  # the target's name now resolves to an address the policy refuses
+                rec.success = False
+                rec.error = str(exc)[:300]
             except (OSError, ConnectionError, ssl.SSLError) as exc:
                 rec.success = False
                 rec.error = self._redact(f"{type(exc).__name__}: {exc}")[:300]

@@ -77,6 +77,16 @@ class ServerTokenizer:
         body = await self._post("/tokenize", {"prompt": text, "add_special_tokens": False})
         return [int(t) for t in body["tokens"]]
 
+    async def ids_and_pieces(self, text: str) -> tuple[list[int], list[str] | None]:
+        """Token ids of plain text and the vocabulary pieces they stand for (None if the server gives none)."""
+        body = await self._post("/tokenize", {"prompt": text, "add_special_tokens": False,
+                                              "return_token_strs": True})
+        pieces = body.get("token_strs")
+        ids = [int(t) for t in body["tokens"]]
+        if not isinstance(pieces, list) or len(pieces) != len(ids):
+            return ids, None
+        return ids, [str(p) for p in pieces]
+
     async def count(self, text: str) -> int:
         """Tokens the server counts for this prompt as sent (specials or chat template included)."""
         if self.chat:
@@ -91,33 +101,81 @@ class ServerTokenizer:
         return str(body["prompt"])
 
 
-async def _exact_text(tok: ServerTokenizer, head: str, pool: list[int], target: int, overhead: int,
+# Vocabulary pieces that begin a word after a space: byte-level BPE (GPT-2, Llama 3, Qwen) writes the
+# space as "Ġ", SentencePiece (Llama 2, Mistral) as "▁".
+_WORD_START = ("\u0120", "\u2581", " ")
+
+
+@dataclass
+class TokenPool:
+    """Token ids of random words; where the served tokenizer starts each word, when that is known.
+
+    With word starts known, a run of whole words has a known token count and its text is the words
+    themselves, so a prompt of exact length needs no /detokenize and one /tokenize to confirm it."""
+
+    ids: list[int]
+    words: list[str] | None = None  # the words, when `starts` maps onto them
+    starts: list[int] = field(default_factory=list)  # token index of each word's first token, then len(ids)
+
+    _index: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def word_run(self, k: int, rng: random.Random, tries: int = 64) -> str | None:
+        """The text of consecutive whole words that tokenize to exactly k tokens, if one is found."""
+        if self.words is None or k <= 0 or not self.words:
+            return None
+        if not self._index:
+            self._index = {pos: i for i, pos in enumerate(self.starts)}
+        for _ in range(tries):
+            i = rng.randrange(0, len(self.words))
+            j = self._index.get(self.starts[i] + k)
+            if j is not None:
+                return " " + " ".join(self.words[i:j])
+        return None
+
+
+async def _exact_text(tok: ServerTokenizer, head: str, head_len: int, pool: TokenPool, target: int, overhead: int,
                       rng: random.Random) -> tuple[str, int]:
-    """`head` followed by random tokens from `pool`, so that the whole prompt counts `target` tokens."""
-    head_len = (await tok.count(head)) - overhead if head else 0
+    """`head` (head_len tokens) followed by pool tokens, so that the whole prompt counts `target` tokens.
+
+    At most two tokenizer calls: a run of whole words is counted once and, if the count is off (a
+    tokenizer that merges across words), re-cut once by the difference; without word starts, one
+    /detokenize of a pool slice and one count."""
     k = max(0, target - overhead - head_len)
-    best: tuple[int, str, int] | None = None
-    for _ in range(8):
-        start = rng.randrange(0, max(1, len(pool) - k))
-        tail = await tok.text(pool[start:start + k]) if k else ""
-        text = f"{head}{tail}" if head else tail
-        got = await tok.count(text)
-        if best is None or abs(got - target) < best[0]:
-            best = (abs(got - target), text, got)
-        if got == target:
-            break
-        k = max(0, k + (target - got))
-    assert best is not None
-    return best[1], best[2]
+    tail = pool.word_run(k, rng)
+    if tail is None:
+        start = rng.randrange(0, max(1, len(pool.ids) - k))
+        text = head + (await tok.text(pool.ids[start:start + k]) if k else "")
+        return text, await tok.count(text)
+    text = head + tail
+    got = await tok.count(text)
+    retry = pool.word_run(k + target - got, rng) if got != target else None
+    if retry is None:
+        return text, got
+    second = head + retry
+    got2 = await tok.count(second)
+    return (second, got2) if abs(got2 - target) < abs(got - target) else (text, got)
 
 
-async def _token_pool(tok: ServerTokenizer, rng: random.Random, need: int) -> list[int]:
+async def _token_pool(tok: ServerTokenizer, rng: random.Random, need: int) -> TokenPool:
+    """At least `need` tokens of random words; each /tokenize call must add tokens (no endless loop)."""
     words = _words(rng)
-    ids: list[int] = []
-    while len(ids) < need:
-        text = " ".join(rng.choice(words) for _ in range(max(64, need - len(ids))))
-        ids.extend(await tok.ids(" " + text))
-    return ids
+    pool = TokenPool(ids=[], words=[])
+    while len(pool.ids) < need:
+        chunk = [rng.choice(words) for _ in range(max(64, need - len(pool.ids)))]
+        ids, pieces = await tok.ids_and_pieces(" " + " ".join(chunk))
+        if not ids:
+            raise TargetError(f"the server's /tokenize returned no tokens for {len(chunk)} words; "
+                              "cannot build prompts of a known length")
+        starts = [i for i, p in enumerate(pieces or []) if p.startswith(_WORD_START)]
+        if pool.words is not None and pieces is not None and len(starts) == len(chunk) and starts[0] == 0:
+            pool.starts.extend(len(pool.ids) + i for i in starts)
+            pool.words.extend(chunk)
+        else:
+            pool.words, pool.starts = None, []
+        pool.ids.extend(ids)
+    if pool.words is not None:
+        pool.starts.append(len(pool.ids))
+    return pool
 
 
 async def build_random(tok: ServerTokenizer, *, n: int, input_lens: list[int], output_lens: list[int], seed: int,
@@ -133,14 +191,14 @@ async def build_random(tok: ServerTokenizer, *, n: int, input_lens: list[int], o
     try:
         overhead = await tok.count("")
         pool = await _token_pool(tok, rng, max(4096, 4 * max(input_lens) + prefix_len))
-        sample = await tok.text(pool[:64])
+        sample = await tok.text(pool.ids[:64])
         info.tokenizer_roundtrip_ok = (await tok.text(await tok.ids(sample))) == sample
         if not info.tokenizer_roundtrip_ok:
             info.notes.append("the served tokenizer does not round-trip text exactly; lengths were re-counted")
-        prefixes: list[str] = []
+        prefixes: list[tuple[str, int]] = []  # (text, tokens without the overhead)
         for _ in range(num_prefixes if prefix_len > 0 else 0):
-            text, _got = await _exact_text(tok, "", pool, prefix_len + overhead, overhead, rng)
-            prefixes.append(text)
+            text, got = await _exact_text(tok, "", 0, pool, prefix_len + overhead, overhead, rng)
+            prefixes.append((text, got - overhead))
     except TargetError as exc:
         if tok.available:
             raise
@@ -154,8 +212,8 @@ async def build_random(tok: ServerTokenizer, *, n: int, input_lens: list[int], o
     async def one(i: int) -> None:
         async with sem:
             local = random.Random(seeds[i])
-            head = prefixes[i % len(prefixes)] if prefixes else ""
-            text, got = await _exact_text(tok, head, pool, input_lens[i], overhead, local)
+            head, head_len = prefixes[i % len(prefixes)] if prefixes else ("", 0)
+            text, got = await _exact_text(tok, head, head_len, pool, input_lens[i], overhead, local)
             if got != input_lens[i]:
                 info.length_mismatches += 1
             items[i] = WorkItem(text, got, output_lens[i])

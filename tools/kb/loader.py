@@ -15,6 +15,14 @@ from vllm_tune.tools.errors import KnowledgeError
 from vllm_tune.tools.kb.schema import Entry
 
 KB_LINK = re.compile(r"kb://entries/([a-z0-9._-]+[a-z0-9])")
+# libyaml's loader parses the knowledge base about 10x faster than the pure-Python one (same safe subset);
+# PyYAML built without libyaml falls back to the pure-Python loader.
+_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(text: str) -> object:
+    """yaml.safe_load, on libyaml when it is installed (the knowledge base and the catalog)."""
+    return yaml.load(text, Loader=_SAFE_LOADER)
 
 
 class KnowledgeBase:
@@ -61,7 +69,7 @@ class KnowledgeBase:
 
 def _entries_in(path: Path) -> list[Entry]:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise KnowledgeError(f"{path.name}: not valid YAML: {exc}") from exc
     if raw is None:

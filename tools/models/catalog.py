@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from vllm_tune.tools.errors import BadInputError, KnowledgeError
+from vllm_tune.tools.kb.loader import load_yaml
 from vllm_tune.tools.models.config_parse import facts_from_config
 from vllm_tune.tools.models.facts import GpuSpec, Interconnect, InterconnectKind, ModelFacts
 
@@ -24,7 +25,7 @@ def _norm(name: str) -> str:
 def _read(name: str, key: str) -> list[dict[str, Any]]:
     path = CATALOG_DIR / name
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise KnowledgeError(f"catalog {path} cannot be read: {exc}") from exc
     items = data.get(key) if isinstance(data, dict) else None

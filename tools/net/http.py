@@ -1,4 +1,4 @@
-"""HTTP access to vLLM and Prometheus: clear errors, no redirects off the allowlist, no leaked keys."""
+"""HTTP access to vLLM and Prometheus: clear errors, no redirects, no leaked keys, bounded reads."""
 
 from __future__ import annotations
 
@@ -8,6 +8,12 @@ import re
 import httpx
 
 from vllm_tune.tools.errors import TargetError
+from vllm_tune.tools.net.connect import (
+    DEFAULT_MAX_BYTES,
+    DeadlineExceededError,
+    ResponseTooLargeError,
+    guarded_client,
+)
 from vllm_tune.tools.net.targets import TargetPolicy
 
 API_KEY_ENVS = ("VLLM_TUNE_API_KEY", "VLLM_API_KEY", "OPENAI_API_KEY")
@@ -43,18 +49,21 @@ def _headers(with_key: bool) -> dict[str, str]:
 
 
 def http_client(policy: TargetPolicy, *, timeout: float = 10.0, send_api_key: bool = True,
-                max_connections: int = 10) -> httpx.Client:
-    """A client that refuses requests to targets outside `policy` (checked per request)."""
-
-    def guard(request: httpx.Request) -> None:
-        policy.check(str(request.url))
-
-    return httpx.Client(timeout=timeout, follow_redirects=False, headers=_headers(send_api_key),
-                        limits=httpx.Limits(max_connections=max_connections), event_hooks={"request": [guard]})
+                max_connections: int = 10, max_bytes: int = DEFAULT_MAX_BYTES, deadline_s: float = 60.0,
+                ) -> httpx.Client:
+    """A client that reaches only `policy`'s targets, connecting to the addresses it checked, with every
+    response capped at `max_bytes` while it streams in and each exchange held to `deadline_s` overall.
+    No environment proxy unless VLLM_TUNE_USE_PROXY=1 (tools/net/connect.py)."""
+    return guarded_client(policy, timeout=timeout, deadline_s=deadline_s, max_bytes=max_bytes,
+                          headers=_headers(send_api_key), max_connections=max_connections)
 
 
 def describe_http_error(url: str, exc: Exception) -> str:
     redact = SecretRedactor()
+    if isinstance(exc, ResponseTooLargeError):
+        return redact(f"cannot read {url}: {exc}; refusing to read more")
+    if isinstance(exc, DeadlineExceededError):
+        return redact(f"cannot read {url}: the answer took longer than the overall deadline")
     if isinstance(exc, httpx.ConnectError):
         return redact(f"cannot reach {url}: connection refused or host down")
     if isinstance(exc, httpx.TimeoutException):
@@ -63,7 +72,8 @@ def describe_http_error(url: str, exc: Exception) -> str:
 
 
 def fetch_text(client: httpx.Client, url: str, *, what: str = "response") -> str:
-    """GET `url` and return its body; any failure becomes one TargetError line."""
+    """GET `url` and return its body (bounded by the client's byte cap and deadline); any failure becomes one
+    TargetError line."""
     try:
         response = client.get(url)
     except httpx.HTTPError as exc:
