@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
     p.add_argument("--model", help="model the server ran (catalog name, local dir or HF id)")
     p.add_argument("--offline", action="store_true", help="never contact the hub to resolve the model")
     p.add_argument("--dry-run", action="store_true", help="fit and print, do not store")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the stored calibration as JSON")
     p.set_defaults(handler=_calibrate)
 
 

@@ -11,9 +11,10 @@ from typing import Any
 
 def register(sub: Any) -> None:
     p = sub.add_parser("mcp", help="run the MCP server (stdio by default)")
-    p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                   help="stdio for a local client; http for streamable HTTP")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (loopback by default)")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--port", type=int, default=8765, help="HTTP port")
     p.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT]",
                    help="a Host header clients may use (repeatable), e.g. the name behind a reverse proxy; "
                         "a bind-all --host already accepts this machine's names and addresses")

@@ -26,7 +26,8 @@ def register(sub: Any) -> None:
     p.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the GPU's usual node size)")
     p.add_argument("--interconnect", choices=("nvlink", "pcie"), help="GPU link inside a node")
     p.add_argument("--gpu-memory-gib", type=float, help="override GPU memory (custom hardware)")
-    p.add_argument("--goal", choices=("latency", "throughput", "balanced"), default="balanced")
+    p.add_argument("--goal", choices=("latency", "throughput", "balanced"), default="balanced",
+                   help="what the ranking optimises")
     p.add_argument("--isl", type=int, default=1024, help="input tokens per request")
     p.add_argument("--osl", type=int, default=256, help="output tokens per request")
     load = p.add_mutually_exclusive_group()
@@ -36,7 +37,8 @@ def register(sub: Any) -> None:
     p.add_argument("--quantization", help="serve as fp8 / nvfp4 / mxfp4 / awq ... (default: checkpoint format)")
     p.add_argument("--kv-cache-dtype", default="auto", help="auto | fp8 | fp8_e4m3 | fp8_e5m2")
     p.add_argument("--max-model-len", type=int, help="context length to plan for")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="share of GPU memory vLLM may use, as vllm serve takes it")
     p.add_argument("--vllm-version", default="0.34.0", help="vLLM version the command must be valid for")
     p.add_argument("--head-address", help="head node address for multi-node commands (default: HEAD_NODE_IP)")
     p.add_argument("--revision", help="hub revision for Hugging Face ids")
