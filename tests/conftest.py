@@ -25,3 +25,14 @@ def _file_roots_cover_test_folders(tmp_path_factory: pytest.TempPathFactory) -> 
         os.environ.pop("VLLM_TUNE_FILE_ROOTS", None)
     else:
         os.environ["VLLM_TUNE_FILE_ROOTS"] = before
+
+
+@pytest.fixture(autouse=True)
+def _surface_is_mcp_unless_a_test_says_otherwise() -> Iterator[None]:
+    """The CLI's main() sets the wording surface for its process (tools/surface.py); in-process CLI tests must
+    not leave it set for the tests that follow, which call the domain functions as the MCP server does."""
+    from vllm_tune.tools import surface
+
+    surface.use("mcp")
+    yield
+    surface.use("mcp")
