@@ -31,24 +31,10 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="recommend_parallelism", title="Recommend a vLLM parallel layout",
         description=(
-            "Plan how to serve a model with vLLM on N GPUs of one type: enumerates every tensor/pipeline/data/"
-            "expert-parallel split, rejects the ones vLLM would refuse or that cannot fit in memory (each with "
-            "the knowledge-base rule id), and ranks the rest for the goal (latency, throughput or balanced). "
-            "Each candidate has the exact `vllm serve` command, a per-GPU memory breakdown, KV-cache capacity, "
-            "an ESTIMATE of TTFT/TPOT/tokens per second from a step-time model fitted to published measurements, "
-            "with that fit's residuals as its uncertainty (not a measurement), "
-            "and cited reasons and warnings. When one copy spans nodes, node_commands gives the command (and any "
-            "environment) for each node, head first, using vLLM's multi-node data-parallel or --nnodes launch "
-            "(a Ray cluster on versions without it); pass head_address to fill in the head node. "
-            "If nothing fits it says what would (more GPUs, FP8, shorter "
-            "context). Models: bundled catalog names (e.g. deepseek-r1, llama-3.1-70b), a local path, or a "
-            "Hugging Face id, which is fetched from the hub (the only network access; set offline to avoid it). "
-            "GPUs: short names such as H100, H200, B200, MI300X (CPU for vLLM's CPU backend). "
-            "estimator='aic' or 'both' adds NVIDIA AIConfigurator's estimate per candidate where it covers the "
-            "model and GPU (needs the aic extra). verify_url: a server already started with the first candidate's "
-            "command; a short benchmark at the plan's workload is run against it and estimate vs measured is "
-            "returned per metric (sends load; needs verify_confirm off loopback). Plans on hardware calibrated "
-            "with `vllm-tune calibrate` use and name that calibration."
+            "Plan TP/PP/DP/EP for a model on N GPUs of a type: only layouts vLLM accepts and that fit, ranked for the "
+            "goal with estimated throughput/TTFT/TPOT (fitted to published measurements, residuals stated), the "
+            "exact `vllm serve` command and a one-line why. verify_url measures the plan on a running server "
+            "(sends load). Cites knowledge ids."
         ),
         input_model=PlanInput, output_model=PlanOutput, run=_plan, annotations=_PLAN,
     )

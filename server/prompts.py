@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server import MCPServer
+from pydantic import Field
 
 
 def register(mcp: MCPServer[Any]) -> None:
-    @mcp.prompt(name="why_is_ttft_high", title="Why is TTFT high?")
-    def why_ttft_high(target: str = "http://127.0.0.1:8000", ttft_slo_ms: str = "") -> str:
+    @mcp.prompt(name="why_is_ttft_high", title="Why is TTFT high?",
+                description="Playbook: split TTFT into queueing and prefill on a live server, with evidence.")
+    def why_ttft_high(target: Annotated[str, Field(description="vLLM server URL")] = "http://127.0.0.1:8000",
+                      ttft_slo_ms: Annotated[str, Field(description="TTFT target in ms, if any")] = "") -> str:
         slo = f" with a TTFT SLO of {ttft_slo_ms} ms" if ttft_slo_ms else ""
         return (
             f"Find out why time to first token is high on the vLLM server at {target}{slo}.\n"
@@ -25,8 +28,10 @@ def register(mcp: MCPServer[Any]) -> None:
             "before and after (compare the runs)."
         )
 
-    @mcp.prompt(name="why_is_throughput_low", title="Why is throughput low?")
-    def why_throughput_low(target: str = "http://127.0.0.1:8000") -> str:
+    @mcp.prompt(name="why_is_throughput_low", title="Why is throughput low?",
+                description="Playbook: find what limits throughput (batching, KV, prefill, parallel layout).")
+    def why_throughput_low(target: Annotated[str, Field(description="vLLM server URL")] = "http://127.0.0.1:8000",
+                           ) -> str:
         return (
             f"Find out why the vLLM server at {target} delivers less throughput than expected.\n"
             "1. diagnose_metrics under load: compare running requests with --max-num-seqs, the KV-cache "
@@ -38,8 +43,13 @@ def register(mcp: MCPServer[Any]) -> None:
             "4. Cite the knowledge ids behind every recommendation (search_knowledge)."
         )
 
-    @mcp.prompt(name="tune_new_deployment", title="Tune a new deployment")
-    def tune_new_deployment(model: str = "", gpu: str = "H100", gpus: str = "8", goal: str = "balanced") -> str:
+    @mcp.prompt(name="tune_new_deployment", title="Tune a new deployment",
+                description="Playbook: plan the layout, lint the command, benchmark, then tune one lever at a time.")
+    def tune_new_deployment(model: Annotated[str, Field(description="model id or path")] = "",
+                            gpu: Annotated[str, Field(description="GPU type, e.g. H100")] = "H100",
+                            gpus: Annotated[str, Field(description="number of GPUs")] = "8",
+                            goal: Annotated[str, Field(description="latency, throughput or balanced")] = "balanced",
+                            ) -> str:
         return (
             f"Plan and tune a new vLLM deployment of {model or '<model>'} on {gpus}x {gpu} for goal '{goal}'.\n"
             "1. Characterize the workload: prompt and output length distributions, request rate or "

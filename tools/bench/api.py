@@ -58,7 +58,7 @@ class RunBenchmarkInput(BaseModel):
     url: str = Field(description="vLLM server base URL, e.g. http://127.0.0.1:8000 (must be allowed by the "
                                  "target policy: loopback, or listed in VLLM_TUNE_ALLOWED_TARGETS)")
     model: str | None = Field(default=None, description="served model id; default: the first from /v1/models")
-    endpoint: Literal["completions", "chat"] = "completions"
+    endpoint: Literal["completions", "chat"] = Field(default="completions", description="OpenAI API used")
     concurrency: int | None = Field(default=None, ge=1, le=MAX_CONCURRENCY,
                                     description="closed loop: keep this many requests in flight")
     rate: float | None = Field(default=None, gt=0, le=100_000, description="open loop: requests per second")
@@ -81,30 +81,31 @@ class RunBenchmarkInput(BaseModel):
     range_ratio: float = Field(default=0.0, ge=0, lt=1,
                                description="random lengths uniform in [len*(1-r), len*(1+r)] (vllm bench serve's)")
     dataset: str | None = Field(default=None, description="ShareGPT JSON or custom JSONL file on the client host")
-    dataset_kind: Literal["random", "shared-prefix", "sharegpt", "jsonl"] | None = None
+    dataset_kind: Literal["random", "shared-prefix", "sharegpt", "jsonl"] | None = Field(
+        default=None, description="workload kind (default: from dataset/prefix_len)")
     prefix_len: int = Field(default=0, ge=0, description="shared-prefix tokens (shared-prefix workload)")
-    num_prefixes: int = Field(default=1, ge=1, le=10_000)
+    num_prefixes: int = Field(default=1, ge=1, le=10_000, description="distinct shared prefixes")
     ignore_eos: bool = Field(default=True, description="generate exactly output_len tokens")
     warmup_requests: int = Field(default=2, ge=0, le=100, description="unmeasured requests sent first")
     # Plain mutable defaults (pydantic copies them): the MCP registry cannot flatten default_factory fields.
     slo: dict[str, float] = Field(default={},
                                   description="SLO in milliseconds, keys ttft, tpot, e2el (goodput and capacity)")
     slo_percentile: float = Field(default=99.0, gt=0, lt=100, description="percentile the capacity search checks")
-    percentiles: list[float] = Field(default=[50.0, 90.0, 95.0, 99.0])
+    percentiles: list[float] = Field(default=[50.0, 90.0, 95.0, 99.0], description="percentiles reported")
     search_capacity: bool = Field(default=False, description="find the highest load meeting the SLO")
-    search_variable: SearchVariable = "rate"
+    search_variable: SearchVariable = Field(default="rate", description="what the search raises")
     search_max: float | None = Field(default=None, gt=0, description="upper bound for the capacity search")
     search_repeats: int = Field(default=2, ge=1, le=5, description="runs at the boundary points")
     search_prompts: int = Field(default=100, ge=10, le=MAX_REQUESTS, description="requests per search step")
-    seed: int = 0
+    seed: int = Field(default=0, description="prompts and arrivals seed")
     save_result: str | None = Field(default=None, description="results directory (default ./vllm-tune-results)")
     background: bool = Field(default=False, description="MCP: return a run id at once; poll benchmark_status")
     confirm: bool = Field(default=False, description="must be true to send load to a non-loopback target")
     serve_flags: dict[str, str] = Field(default={}, description="server flags to record in provenance")
     workers: int | None = Field(default=None, ge=1, le=64, description="load processes (default: automatic)")
-    request_timeout_s: float = Field(default=600.0, gt=0, le=3600)
+    request_timeout_s: float = Field(default=600.0, gt=0, le=3600, description="per-request limit")
     scrape_metrics: bool = Field(default=True, description="scrape /metrics every second during the run")
-    label: str | None = None
+    label: str | None = Field(default=None, description="stored with the result")
     plot: bool = Field(default=False, description="write PNG plots (needs matplotlib, the `plot` extra)")
 
     @model_validator(mode="after")
@@ -183,7 +184,7 @@ class RunBenchmarkOutput(BaseModel):
 
 
 class RunRef(BaseModel):
-    run_id: str
+    run_id: str = Field(description="id run_benchmark returned")
     save_result: str | None = Field(default=None, description="results directory the run was saved under")
 
 

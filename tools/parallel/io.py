@@ -40,7 +40,7 @@ class PlanInput(BaseModel):
     kv_cache_dtype: str = Field(default="auto", description="auto | fp8 | fp8_e4m3 | fp8_e5m2 | bfloat16")
     max_model_len: int | None = Field(default=None, ge=16, le=100_000_000,
                                       description="context length to plan for (default: fits the workload)")
-    gpu_memory_utilization: float = Field(default=0.9, gt=0.1, le=0.99)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.1, le=0.99, description="as vllm serve takes it")
     vllm_version: str = Field(default="0.34.0", description="vLLM version the command must be valid for")
     head_address: str | None = Field(
         default=None, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_-]*$",

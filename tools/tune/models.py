@@ -15,14 +15,14 @@ MAX_TRIALS = 50
 class TuneWorkload(BaseModel):
     """The load every trial is measured with (the same for all, so trials compare like for like)."""
 
-    endpoint: Literal["completions", "chat"] = "completions"
-    input_len: int = Field(default=256, ge=1, le=1_000_000)
-    output_len: int = Field(default=128, ge=1, le=1_000_000)
+    endpoint: Literal["completions", "chat"] = Field(default="completions", description="OpenAI API used")
+    input_len: int = Field(default=256, ge=1, le=1_000_000, description="prompt tokens")
+    output_len: int = Field(default=128, ge=1, le=1_000_000, description="output tokens")
     concurrency: int | None = Field(default=None, ge=1, le=10_000, description="closed loop: requests in flight")
     rate: float | None = Field(default=None, gt=0, le=100_000, description="open loop: requests per second")
-    num_prompts: int = Field(default=200, ge=10, le=100_000)
-    warmup_requests: int = Field(default=4, ge=0, le=100)
-    seed: int = 0
+    num_prompts: int = Field(default=200, ge=10, le=100_000, description="measured requests per trial")
+    warmup_requests: int = Field(default=4, ge=0, le=100, description="unmeasured requests first")
+    seed: int = Field(default=0, description="prompts and arrivals seed")
 
     @model_validator(mode="after")
     def _one_load(self) -> TuneWorkload:
@@ -36,29 +36,29 @@ class TuneStartInput(BaseModel):
                                      "no --api-key (export VLLM_API_KEY)")
     goal: Goal = Field(default="latency", description="latency: lower the SLO percentile; throughput: raise goodput")
     slo: dict[str, float] = Field(default={}, description="targets in ms: ttft, tpot, e2el")
-    slo_percentile: float = Field(default=99.0, gt=0, lt=100)
-    workload: TuneWorkload
+    slo_percentile: float = Field(default=99.0, gt=0, lt=100, description="percentile the SLO is judged at")
+    workload: TuneWorkload = Field(description="load every trial is measured with")
     levers: list[str] = Field(default=[], description="flags the loop may change (default: by goal)")
     max_trials: int = Field(default=6, ge=1, le=MAX_TRIALS, description="measured trials, the baseline included")
     env: dict[str, str] = Field(default={}, description="trial servers' env: VLLM_*, CUDA_*, NCCL_*, HF_*, OMP_*, "
                                                         "TORCH_* ... only; no secrets")
     vllm_version: str | None = Field(default=None, description="release the commands must be valid for")
-    gpu: str | None = None
+    gpu: str | None = Field(default=None, description="GPU type, for lint checks")
     save_result: str | None = Field(default=None, description="results directory (sessions live in its tune/)")
 
 
 class SessionRef(BaseModel):
-    session_id: str
-    save_result: str | None = None
+    session_id: str = Field(description="id tune_start returned")
+    save_result: str | None = Field(default=None, description="results directory of the session")
 
 
 class RecordInput(BaseModel):
-    session_id: str
-    trial: int = Field(ge=0)
+    session_id: str = Field(description="id tune_start returned")
+    trial: int = Field(ge=0, description="trial number")
     run: str | None = Field(default=None, description="run id, run folder or result.json of the measured run")
     failed_reason: str | None = Field(default=None, max_length=2000,
                                       description="instead of a run: why the trial could not be measured")
-    save_result: str | None = None
+    save_result: str | None = Field(default=None, description="results directory of the session")
 
     @model_validator(mode="after")
     def _one(self) -> RecordInput:
@@ -68,11 +68,11 @@ class RecordInput(BaseModel):
 
 
 class RunTrialInput(BaseModel):
-    session_id: str
+    session_id: str = Field(description="id tune_start returned")
     trial: int | None = Field(default=None, ge=0, description="default: the trial waiting for measurement")
     confirm: bool = Field(default=False, description="must be true: starts vLLM on this machine and loads it")
-    start_timeout_s: float = Field(default=900.0, gt=0, le=3600)
-    save_result: str | None = None
+    start_timeout_s: float = Field(default=900.0, gt=0, le=3600, description="seconds vLLM may take to start")
+    save_result: str | None = Field(default=None, description="results directory of the session")
 
 
 class Trial(BaseModel):

@@ -51,23 +51,22 @@ class WhatIfInput(BaseModel):
         default=[], description="changes to simulate, e.g. [{'max_num_batched_tokens': '8192'}, {'rate': '20'}]; "
                                 "keys: scheduler flags and load fields")
     # The load, as run_benchmark takes it; default: the load of the first from_result.
-    concurrency: int | None = Field(default=None, ge=1, le=65_536)
-    rate: float | None = Field(default=None, gt=0, le=1_000_000)
-    arrival: Literal["poisson", "constant", "gamma"] = "poisson"
-    burstiness: float = Field(default=1.0, gt=0, le=100)
-    max_concurrency: int | None = Field(default=None, ge=1)
+    concurrency: int | None = Field(default=None, ge=1, le=65_536, description="closed-loop requests in flight")
+    rate: float | None = Field(default=None, gt=0, le=1_000_000, description="open-loop requests/s")
+    arrival: Literal["poisson", "constant", "gamma"] = Field(default="poisson", description="arrivals for rate")
+    burstiness: float = Field(default=1.0, gt=0, le=100, description="gamma shape: 1 = Poisson")
+    max_concurrency: int | None = Field(default=None, ge=1, description="cap on requests in flight")
     trace: str | None = Field(default=None, description="JSONL trace to replay (as run_benchmark)")
-    num_prompts: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
-    duration_s: float | None = Field(default=None, gt=0, le=1_800)
-    input_len: int | None = Field(default=None, ge=1, le=1_000_000)
-    output_len: int | None = Field(default=None, ge=1, le=1_000_000)
-    seed: int = 0
+    num_prompts: int | None = Field(default=None, ge=1, le=MAX_REQUESTS, description="simulated requests")
+    duration_s: float | None = Field(default=None, gt=0, le=1_800, description="seconds of load instead")
+    input_len: int | None = Field(default=None, ge=1, le=1_000_000, description="prompt tokens")
+    output_len: int | None = Field(default=None, ge=1, le=1_000_000, description="output tokens")
+    seed: int = Field(default=0, description="arrivals seed")
     slo: dict[str, float] = Field(default={}, description="SLO in ms (ttft, tpot, e2el) for goodput")
-    percentiles: list[float] = Field(default=[50.0, 90.0, 99.0])
-    search_capacity: bool = Field(default=False, description="also predict the highest load meeting the SLO, "
-                                                             "for the baseline and every variant (no load sent)")
-    search_variable: SearchVariable = "rate"
-    slo_percentile: float = Field(default=99.0, gt=0, lt=100)
+    percentiles: list[float] = Field(default=[50.0, 90.0, 99.0], description="percentiles reported")
+    search_capacity: bool = Field(default=False, description="also predict the SLO capacity of each variant")
+    search_variable: SearchVariable = Field(default="rate", description="what the search raises")
+    slo_percentile: float = Field(default=99.0, gt=0, lt=100, description="percentile the SLO is judged at")
     save_calibration: str | None = Field(default=None, description="write the calibration JSON here")
 
     @model_validator(mode="after")
