@@ -43,7 +43,7 @@ def test_sigterm_saves_the_partial_result(server: StreamServer, tmp_path: Path, 
     proc = subprocess.Popen(
         [sys.executable, "-m", "vllm_tune.cli.main", "bench", server.url, "--concurrency", "4", "--num-prompts",
          "200", "--input-len", "8", "--output-len", "40", "--warmup", "0", "--workers", str(workers),
-         "--save-result", str(tmp_path), "--json"],
+         "--result-dir", str(tmp_path), "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
