@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from vllm_tune.cli.common import EXIT_BAD_INPUT, run_handler
 
 # Each module exposes `register(subparsers)` and sets `handler` on its parser.
-_COMMANDS = ("demo", "mcp", "kb", "diagnose", "plan", "moe", "bench", "lint", "compare", "tune", "alerts")
+_COMMANDS = ("demo", "mcp", "kb", "diagnose", "capture", "plan", "moe", "bench", "lint", "compare", "tune", "alerts")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -32,7 +32,7 @@ def test_cli_human_report_with_slo(capsys: pytest.CaptureFixture[str]) -> None:
                "--log-file", str(CAPTURES / "long_prompts.log")])
     text = capsys.readouterr().out
     assert rc == 0
-    assert "triage.ttft-high-queue-empty" in text and "SLO (your SLO): ttft violated" in text
+    assert "triage.ttft-high-queue-empty" in text and "SLO (your SLO, judged at p90): ttft violated" in text
 
 
 @pytest.mark.parametrize("argv, code, fragment", [

@@ -182,6 +182,16 @@ _SIGNALS: dict[str, Callable[[PromQL], str]] = {
     "itl_p90_over_target": _ratio_to_target("itl", _ITL),
     "tpot_p90_over_target": _ratio_to_target("tpot", _TPOT),
     "e2el_p90_over_target": _ratio_to_target("e2el", _E2EL),
+    # diagnose's current names (tools/diagnose/signals.py): the percentile is the SLO's, not always p90
+    "ttft_over_target": _ratio_to_target("ttft", _TTFT),
+    "itl_over_target": _ratio_to_target("itl", _ITL),
+    "tpot_over_target": _ratio_to_target("tpot", _TPOT),
+    "e2el_over_target": _ratio_to_target("e2el", _E2EL),
+    "decode_over_target": lambda p: (_ratio_to_target("tpot", _TPOT) if p.targets.tpot_ms is not None
+                                     else _ratio_to_target("itl", _ITL))(p),
+    "queue_share_of_e2el": lambda p: f"clamp_max({p.mean(_QUEUE)} / {p.mean(_E2EL)}, 1)",
+    "decode_share_of_e2el":
+        lambda p: f"clamp_max({p.mean('vllm:request_decode_time_seconds')} / {p.mean(_E2EL)}, 1)",
     "itl_p99_over_p50": lambda p: f"({p.quantile(0.99, _ITL)} / {p.quantile(0.5, _ITL)})",
     "queue_time_share_of_ttft": lambda p: f"clamp_max({p.mean(_QUEUE)} / {p.mean(_TTFT)}, 1)",
     "waiting_mean": lambda p: p.over_time("sum", "avg_over_time", _WAITING),
