@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from vllm_tune.cli.common import EXIT_INTERRUPTED, fail, parse_key_values, print_json
+from vllm_tune.cli.common import EXIT_INTERRUPTED, fail, print_json
 
 
 def register(sub: Any) -> None:
@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
     p.add_argument("--num-prefixes", type=int, default=1)
     p.add_argument("--no-ignore-eos", action="store_true", help="let generation stop at EOS")
     p.add_argument("--warmup", type=int, default=2, help="unmeasured warm-up requests")
-    p.add_argument("--slo", help="SLO in ms: ttft=MS,tpot=MS,e2el=MS")
+    p.add_argument("--slo", help="SLO in ms: ttft=MS,tpot=MS,e2el=MS (or vLLM's form ttft:MS tpot:MS)")
     p.add_argument("--slo-percentile", type=float, default=99.0)
     p.add_argument("--percentiles", default="50,90,95,99")
     p.add_argument("--search-capacity", action="store_true", help="find the highest load meeting --slo")
@@ -55,8 +55,9 @@ def register(sub: Any) -> None:
 
 def _input(args: argparse.Namespace) -> Any:
     from vllm_tune.tools.bench.api import RunBenchmarkInput
+    from vllm_tune.tools.slo import GOODPUT_METRICS, parse_slo
 
-    slo = parse_key_values(args.slo, allowed={"ttft", "tpot", "e2el"}, what="SLO") if args.slo else {}
+    slo: dict[str, float] = dict(parse_slo(args.slo, allowed=GOODPUT_METRICS).items()) if args.slo else {}
     try:
         percentiles = [float(x) for x in args.percentiles.split(",") if x.strip()]
     except ValueError:

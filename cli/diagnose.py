@@ -33,8 +33,8 @@ def register(sub: Any) -> None:
                    "(unset ones use default targets)")
     p.add_argument("--goodput", nargs="+", metavar="K:MS", help="the same targets in vllm bench serve's form: "
                    "ttft:500 tpot:50")
-    p.add_argument("--slo-percentile", default="p90", metavar="P", choices=["p50", "p90", "p95", "p99", "50", "90",
-                   "95", "99"], help="percentile the targets are judged at: p50, p90 (default), p95 or p99")
+    p.add_argument("--slo-percentile", default="p90", metavar="P",
+                   help="percentile the targets are judged at: p50, p90 (default), p95 or p99")
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--max-cudagraph-capture-size", type=int)
@@ -93,6 +93,9 @@ def _input(args: argparse.Namespace) -> Any:
     if args.slo and args.goodput:
         raise BadInputError("give the targets once: --slo ttft=500,itl=15 or --goodput ttft:500 itl:15")
     slo = parse_slo(args.slo or args.goodput or "")
+    percentile = parse_percentile(args.slo_percentile)
+    if percentile not in (50, 90, 95, 99):
+        raise BadInputError(f"--slo-percentile {args.slo_percentile}: diagnose judges at p50, p90, p95 or p99")
     metrics = [MetricsText(name=Path(f).name, text=_read(f, "metrics file")) for f in args.metrics_file]
     if not (args.url or args.prometheus or metrics or args.log_file):
         raise BadInputError("nothing to diagnose: give a URL, --prometheus, --metrics-file or --log-file")
@@ -100,7 +103,7 @@ def _input(args: argparse.Namespace) -> Any:
         url=args.url, prometheus_url=args.prometheus, prometheus_selector=args.selector, prometheus_end=args.end,
         metrics=metrics, log_text=_read(args.log_file, "log file") if args.log_file else None,
         window_s=args.window, sample_interval_s=args.interval, slo=slo,
-        slo_percentile=int(parse_percentile(args.slo_percentile)),
+        slo_percentile=int(percentile),
         captured_window_s=_captured_window(args.metrics_file),
         serve_flags=ServeFlags(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                                max_cudagraph_capture_size=args.max_cudagraph_capture_size,

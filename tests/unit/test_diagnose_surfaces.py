@@ -35,7 +35,24 @@ def test_cli_human_report_with_slo(capsys: pytest.CaptureFixture[str]) -> None:
     assert "triage.ttft-high-queue-empty" in text and "SLO (your SLO, judged at p90): ttft violated" in text
 
 
+def test_cli_takes_vllm_goodput_form_and_a_percentile(capsys: pytest.CaptureFixture[str]) -> None:
+    files = ["--metrics-file", str(CAPTURES / "kv_thrash.before.prom"), "--metrics-file",
+             str(CAPTURES / "kv_thrash.after.prom"), "--window", "23.87"]
+    assert main(["diagnose", *files, "--goodput", "ttft:20000", "tpot:50", "--slo-percentile", "p99", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["slo_percentile"] == 99 and set(out["slo"]) == {"ttft", "tpot"}
+    assert out["slo"]["ttft"]["status"] == "violated" and out["slo"]["ttft"]["percentile"] == 99
+    assert out["targets_used"]["ttft"] == "20000 ms at p99 (your SLO)"
+    assert main(["diagnose", *files, "--slo", "ttft=20000,tpot=50", "--slo-percentile", "99", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["slo"] == out["slo"]
+
+
 @pytest.mark.parametrize("argv, code, fragment", [
+    (["diagnose", "--slo", "ttft=5", "--goodput", "ttft:5", "--metrics-file", __file__], 2, "give the targets once"),
+    (["diagnose", "--slo-percentile", "p97", "--metrics-file", __file__], 2, "judges at p50, p90, p95 or p99"),
+    (["capture", "http://127.0.0.1:9", "--window", "1", "--out", "/tmp/vllm-tune-test-capture"], 3, "cannot reach"),
+    (["capture", "http://127.0.0.1:9", "--window", "0"], 2, "--window must be between 0 and"),
     (["diagnose"], 2, "nothing to diagnose"),
     (["diagnose", "--metrics-file", "/nonexistent.prom"], 2, "cannot read metrics file"),
     (["diagnose", "--metrics-file", __file__], 2, "not valid Prometheus text format"),

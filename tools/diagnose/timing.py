@@ -112,7 +112,8 @@ def warmup_reason(window: Window | None, log: LogFacts | None) -> str | None:
     reasons: list[str] = []
     if window is not None and window.before is not None:
         uptime = uptime_at_start(window)
-        if finished_before(window) == 0 and uptime is not None and uptime < WARMUP_UPTIME_S:
+        served = window.counter("request_success") or 0.0
+        if finished_before(window) == 0 and served > 0 and uptime is not None and uptime < WARMUP_UPTIME_S:
             reasons.append(f"the server process started {uptime:.0f} s before the window and had finished no "
                            "request yet: the window holds its first requests")
     if log is not None and log.compile_lines_while_serving:
