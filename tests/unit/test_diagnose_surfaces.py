@@ -93,6 +93,26 @@ async def test_mcp_tool_is_annotated_and_diagnoses_texts() -> None:
 
 
 @pytest.mark.anyio
+async def test_mcp_tool_takes_the_shared_slo_vocabulary() -> None:
+    metrics = [{"name": f"steady_light.{e}", "text": (CAPTURES / f"steady_light.{e}.prom").read_text()}
+               for e in ("before", "after")]
+    async with Client(build_server(), raise_exceptions=True) as client:
+        tool = {t.name: t for t in (await client.list_tools()).tools}["diagnose_metrics"]
+        assert tool.input_schema["properties"]["slo_percentile"]["enum"] == [50, 90, 95, 99]
+        results = []
+        for slo in ({"itl": 5}, {"itl_ms": 5}):
+            result = await client.call_tool("diagnose_metrics", {"metrics": metrics, "window_s": 2.03, "slo": slo,
+                                                                 "slo_percentile": 95})
+            assert not result.is_error, result.content
+            results.append(result.structured_content)
+    a, b = results
+    assert a is not None and b is not None and a["slo"] == b["slo"]
+    assert a["bottleneck"] == "triage.tpot-high-decode-bound" and a["slo"]["itl"]["percentile"] == 95
+    assert a["latency"]["queue"]["p95"]["value_ms"] is None  # a bound, not a number
+    assert any("ITL p95" in d for d in a["findings"][0]["decided_by"])
+
+
+@pytest.mark.anyio
 async def test_mcp_tool_never_auto_allows_a_remote_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VLLM_TUNE_ALLOWED_TARGETS", raising=False)
     async with Client(build_server()) as client:

@@ -54,8 +54,8 @@ _TP_CFG = re.compile(r"tensor_parallel_size=(?P<tp>\d+)")
 _ACCESS = re.compile(r'"(?:GET|POST|PUT|DELETE) (?P<path>\S+) HTTP/[\d.]+" (?P<code>\d{3})')
 # Compilation or graph capture once the server serves: requests wait on one-time work (warm-up). Start-up
 # lines before "Application startup complete" are normal and do not count.
-_COMPILE = re.compile(r"torch\.compile|Compiling a graph|[Cc]apturing CUDA graph|JIT[- ]compil|[Cc]ompil(?:ing|ed) "
-                      r"(?:kernel|graph)")
+_COMPILE = re.compile(r"torch\.compile takes [\d.]+ s|Compiling a graph for|Capturing CUDA graphs|"
+                      r"[Cc]ompil(?:ing|ed) (?:a |the )?(?:kernel|graph)s?\b")
 _ARG_PAIR = re.compile(r"'(?P<k>\w+)': (?P<v>-?\d+(?:\.\d+)?|True|False|None|'[^']*')")
 
 

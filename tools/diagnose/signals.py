@@ -43,7 +43,8 @@ SIGNAL_DOCS: dict[str, str] = {
     "queue_share_of_e2el": "mean queue time / mean end-to-end latency",
     "decode_share_of_e2el": "mean decode time / mean end-to-end latency",
     "itl_p99_over_p50": "tail-to-median ratio of inter-token latency",
-    "queue_time_share_of_ttft": "mean queue time / mean TTFT (how much of TTFT is waiting for admission)",
+    "queue_time_share_of_ttft": "mean queue time / (queue + prefill time) of finished requests: how much of TTFT "
+                                "is waiting for admission",
     "waiting_mean": "time-averaged requests waiting (all engines)",
     "running_mean": "time-averaged requests running (all engines)",
     "queue_growth_per_s": "slope of the waiting count over the window",
@@ -183,8 +184,15 @@ def _latency_signals(s: SignalSet, x: Inputs) -> None:
         if p50.value > 0 and p50.lower > 0 and not p99.in_overflow:
             s.put("itl_p99_over_p50", p99.value / p50.value,
                   f"ITL p99 {p99.value * 1e3:.1f} ms / p50 {p50.value * 1e3:.1f} ms")
-    ttft, queue = x.hists.get("ttft"), x.hists.get("queue")
-    if ttft is not None and queue is not None and ttft.count >= MIN_LATENCY_OBSERVATIONS and ttft.sum > 0:
+    ttft, queue, prefill = x.hists.get("ttft"), x.hists.get("queue"), x.hists.get("prefill")
+    if queue is not None and prefill is not None and queue.count >= MIN_LATENCY_OBSERVATIONS and \
+            queue.count == prefill.count and queue.sum + prefill.sum > 0:
+        # vLLM records queue and prefill time when a request finishes, TTFT at its first token: in a window the
+        # two are different requests (under a growing queue the later ones waited longest). Queue + prefill of
+        # the same finished requests is their TTFT, so the share is taken over one population.
+        s.put("queue_time_share_of_ttft", queue.sum / (queue.sum + prefill.sum),
+              "mean queue time / (queue + prefill time) of the requests finished in the window")
+    elif ttft is not None and queue is not None and ttft.count >= MIN_LATENCY_OBSERVATIONS and ttft.sum > 0:
         s.put("queue_time_share_of_ttft", min(1.0, (queue.sum / max(queue.count, 1)) / (ttft.sum / ttft.count)),
               "mean queue time / mean TTFT of requests finished in the window")
     e2e, decode_h = x.hists.get("e2el"), x.hists.get("decode")
