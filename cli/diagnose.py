@@ -41,6 +41,10 @@ def register(sub: Any) -> None:
     p.add_argument("--tensor-parallel-size", type=int)
     p.add_argument("--model", help="only this served model (model_name label)")
     p.add_argument("--json", action="store_true", help="print the full output model as JSON")
+    from vllm_tune.cli.diagnose_watch import DURATION_HELP, WATCH_HELP
+
+    p.add_argument("--watch", type=float, metavar="S", help=WATCH_HELP)
+    p.add_argument("--duration", type=float, metavar="S", help=DURATION_HELP)
     p.set_defaults(handler=_diagnose)
 
 
@@ -116,9 +120,16 @@ def _diagnose(args: argparse.Namespace) -> int:
 
     from vllm_tune.tools.diagnose.api import diagnose_metrics
     from vllm_tune.tools.diagnose.report import render_report
+    from vllm_tune.tools.errors import BadInputError
     from vllm_tune.tools.net.targets import TargetPolicy
 
     request = _input(args)
+    if args.watch is not None or args.duration is not None:
+        from vllm_tune.cli.diagnose_watch import run_watch
+
+        if args.watch is None:
+            raise BadInputError("--duration bounds a --watch; give --watch S too")
+        return run_watch(args, request)
     policy = TargetPolicy.from_env()
     for typed in (args.url, args.prometheus):
         if typed:
