@@ -57,7 +57,7 @@ def _input(args: argparse.Namespace) -> Any:
     from vllm_tune.tools.bench.api import RunBenchmarkInput
     from vllm_tune.tools.slo import GOODPUT_METRICS, parse_slo
 
-    slo: dict[str, float] = dict(parse_slo(args.slo, allowed=GOODPUT_METRICS).items()) if args.slo else {}
+    slo: dict[str, float] = parse_slo(args.slo, allowed=GOODPUT_METRICS).as_dict() if args.slo else {}
     try:
         percentiles = [float(x) for x in args.percentiles.split(",") if x.strip()]
     except ValueError:

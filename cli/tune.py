@@ -99,7 +99,7 @@ def _start(args: argparse.Namespace) -> int:
                             concurrency=args.concurrency, rate=args.rate, num_prompts=args.num_prompts,
                             warmup_requests=args.warmup_requests)
     state = tune_start(TuneStartInput(
-        command=args.command_line, goal=args.goal, slo=dict(parse_slo(args.slo or "").items()),
+        command=args.command_line, goal=args.goal, slo=parse_slo(args.slo or "").as_dict(),
         slo_percentile=args.slo_percentile, workload=workload, levers=args.lever, max_trials=args.max_trials,
         env=parse_env_items(args.env), vllm_version=args.vllm_version, gpu=args.gpu, save_result=args.save_result))
     return _show(state, args)

@@ -54,6 +54,10 @@ class SloTargets(BaseModel):
         """The targets that are set, in the canonical order."""
         return {m: v for m in SLO_METRICS if (v := getattr(self, m)) is not None}
 
+    def as_dict(self) -> dict[str, float]:
+        """{'ttft': 500.0, ...}: the plain form run_benchmark and the tuning tools take today."""
+        return {str(m): v for m, v in self.items().items()}
+
     def get(self, metric: SloMetric) -> float | None:
         value: float | None = getattr(self, metric)
         return value

@@ -25,7 +25,7 @@ def test_our_form_and_vllm_goodput_form_mean_the_same() -> None:
     assert parse_slo("ttft_ms=500").items() == {"ttft": 500.0}
     assert parse_slo("").items() == {} and not parse_slo("").given()
     assert parse_slo("ttft=500,itl=15,tpot=40").as_goodput_args() == ["ttft:500", "tpot:40"]  # vLLM has no ITL goodput
-    assert ours.describe() == "ttft=500,itl=15"
+    assert ours.describe() == "ttft=500,itl=15" and ours.as_dict() == {"ttft": 500.0, "itl": 15.0}
 
 
 @pytest.mark.parametrize("text, fragment", [
