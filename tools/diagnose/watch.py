@@ -331,7 +331,8 @@ def render_summary(summary: WatchSummary) -> str:
     for span in summary.timeline:
         lines.append(f"  +{span.start_s:.1f}-{span.end_s:.1f} s  {span.verdict_key} ({span.intervals} interval(s)): "
                      f"{span.verdict}")
-    lines.append(f"  peaks: running {_num(summary.peak_running, 'g')}, waiting {_num(summary.peak_waiting, 'g')}, "
+    lines.append(f"  peaks seen at the scrapes: running {_num(summary.peak_running, 'g')}, waiting "
+                 f"{_num(summary.peak_waiting, 'g')}, "
                  f"KV {_num(summary.peak_kv_usage_pct, '.1f')}%; over the whole watch: "
                  f"{summary.finished_requests if summary.finished_requests is not None else '?'} finished, "
                  f"{_num(summary.preemptions, 'g')} preemption(s)")
