@@ -136,8 +136,20 @@ def test_slo_and_percentile_reach_the_triage_rules() -> None:
     decode = next(r for r in out.rules if r.knowledge_id == "triage.tpot-high-decode-bound")
     assert "/ 0.04))" in decode.expr
     assert any("p99" in n for n in out.notes)
+    # a target left out takes diagnose's default, so a TTFT-only SLO still judges decode against TPOT 200 ms
+    ttft_only = build_alerts(AlertsInput(vllm_version="0.32.0", slo=SloTargets(ttft=500)))
+    decode = next(r for r in ttft_only.rules if r.knowledge_id == "triage.tpot-high-decode-bound")
+    assert "/ 0.2))" in decode.expr and "/ 0.5))" in decode.expr
+    assert any("itl, tpot" in n and "default" in n for n in ttft_only.notes)
+    # the decode rule reads the decode target the SLO names (ITL here), else the larger of TPOT and ITL ratios
+    itl_only = build_alerts(AlertsInput(vllm_version="0.32.0", slo=SloTargets(itl=15)))
+    decode = next(r for r in itl_only.rules if r.knowledge_id == "triage.tpot-high-decode-bound")
+    first = decode.expr.split("\n")[0]
+    assert "inter_token_latency_seconds" in first and "/ 0.015))" in first and "time_per_output" not in first
     default = build_alerts(AlertsInput(vllm_version="0.32.0"))
-    assert any("default interactive targets" in n for n in default.notes)
+    assert any("default interactive" in n for n in default.notes)
+    decode = next(r for r in default.rules if r.knowledge_id == "triage.tpot-high-decode-bound")
+    assert ">=" in decode.expr.split("\n")[0] and ") or (" in decode.expr.split("\n")[0]
 
 
 def test_selector_reaches_every_series() -> None:

@@ -17,7 +17,7 @@ from vllm_tune.tools.diagnose.prometheus import check_selector
 from vllm_tune.tools.diagnose.signals import DEFAULT_TARGETS_MS
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.kb.loader import KnowledgeBase, load_knowledge
-from vllm_tune.tools.slo import percentile_label
+from vllm_tune.tools.slo import SloTargets, percentile_label
 
 
 def newest_checked_release(kb: KnowledgeBase) -> str:
@@ -36,15 +36,18 @@ def _version(kb: KnowledgeBase, given: str | None) -> str:
 
 def _promql(request: AlertsInput, version: str, kb: KnowledgeBase) -> tuple[PromQL, list[str]]:
     notes: list[str] = []
-    slo = request.slo if request.slo.given() else DEFAULT_TARGETS_MS
+    # As in diagnose: targets left out take the default interactive ones, so every rule can be judged.
+    given = request.slo.items()
+    defaults = {m: v for m, v in DEFAULT_TARGETS_MS.items().items() if m not in given}
+    slo = SloTargets.model_validate({**defaults, **given})
     targets = Targets(slo.get("ttft"), slo.get("itl"), slo.get("tpot"), slo.get("e2el"),
-                      percentile=request.slo_percentile)
+                      percentile=request.slo_percentile, given=frozenset(given))
     label = percentile_label(request.slo_percentile)
-    if not request.slo.given():
-        notes.append(f"no SLO given: triage rules judge {label} against the default interactive targets diagnose "
-                     f"uses ({slo.describe()} ms); pass --slo for yours")
-    else:
-        notes.append(f"SLO {slo.describe()} ms at {label}")
+    if given:
+        notes.append(f"SLO {request.slo.describe()} ms at {label}")
+    if defaults:
+        notes.append(f"targets not given ({', '.join(defaults)}) use the default interactive ones diagnose uses "
+                     f"({', '.join(f'{m}={v:g}' for m, v in defaults.items())} ms at {label}); pass --slo for yours")
     f = request.serve_flags
     flags = Flags(f.max_num_seqs, f.max_num_batched_tokens,
                   None if f.enforce_eager else f.max_cudagraph_capture_size)

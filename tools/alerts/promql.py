@@ -28,6 +28,7 @@ class Targets:
     tpot_ms: float | None = None
     e2el_ms: float | None = None
     percentile: float = 90.0
+    given: frozenset[str] = frozenset()  # the metrics whose target the operator stated (the rest are defaults)
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,35 @@ def _deferred_share(p: PromQL) -> str:
     return f"({deferred} / {p.over_time('sum', 'avg_over_time', _WAITING)})"
 
 
+def _decode_over_target(p: PromQL) -> str:
+    """As diagnose: the larger of TPOT and ITL over their targets, only those the SLO states when it states one."""
+    ratios: dict[str, str] = {}
+    reasons: list[str] = []
+    for key, hist in (("tpot", _TPOT), ("itl", _ITL)):
+        try:
+            ratios[key] = _ratio_to_target(key, hist)(p)
+        except SignalUnavailable as exc:
+            reasons.append(str(exc))
+    chosen = [ratios[k] for k in ratios if k in p.targets.given] or list(ratios.values())
+    if not chosen:
+        raise SignalUnavailable("; ".join(reasons))
+    if len(chosen) == 1:
+        return chosen[0]
+    a, b = chosen
+    return f"(({a} >= {b}) or {b})"  # element-wise max on equal label sets
+
+
+def _queue_share_of_ttft(p: PromQL) -> str:
+    """As diagnose: queue / (queue + prefill) time of the same finished requests; TTFT is recorded at the first
+    token, queue and prefill at finish, so mixing them under a growing queue compares different requests."""
+    try:
+        prefill = p.rate("vllm:request_prefill_time_seconds", part="_sum")
+    except SignalUnavailable:
+        return f"clamp_max({p.mean(_QUEUE)} / {p.mean(_TTFT)}, 1)"
+    queue = p.rate(_QUEUE, part="_sum")
+    return f"({queue} / ({queue} + {prefill}))"
+
+
 def _running_per_engine(p: PromQL) -> str:
     return p.over_time("avg", "avg_over_time", _RUNNING)
 
@@ -187,13 +217,12 @@ _SIGNALS: dict[str, Callable[[PromQL], str]] = {
     "itl_over_target": _ratio_to_target("itl", _ITL),
     "tpot_over_target": _ratio_to_target("tpot", _TPOT),
     "e2el_over_target": _ratio_to_target("e2el", _E2EL),
-    "decode_over_target": lambda p: (_ratio_to_target("tpot", _TPOT) if p.targets.tpot_ms is not None
-                                     else _ratio_to_target("itl", _ITL))(p),
+    "decode_over_target": lambda p: _decode_over_target(p),
     "queue_share_of_e2el": lambda p: f"clamp_max({p.mean(_QUEUE)} / {p.mean(_E2EL)}, 1)",
     "decode_share_of_e2el":
         lambda p: f"clamp_max({p.mean('vllm:request_decode_time_seconds')} / {p.mean(_E2EL)}, 1)",
     "itl_p99_over_p50": lambda p: f"({p.quantile(0.99, _ITL)} / {p.quantile(0.5, _ITL)})",
-    "queue_time_share_of_ttft": lambda p: f"clamp_max({p.mean(_QUEUE)} / {p.mean(_TTFT)}, 1)",
+    "queue_time_share_of_ttft": lambda p: _queue_share_of_ttft(p),
     "waiting_mean": lambda p: p.over_time("sum", "avg_over_time", _WAITING),
     "running_mean": lambda p: p.over_time("sum", "avg_over_time", _RUNNING),
     "queue_growth_per_s": lambda p: p.over_time("sum", "deriv", _WAITING),
