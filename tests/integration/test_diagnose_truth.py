@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 from support import load
 from support.tiny_models import TinyModels
 from support.vllm_server import VllmFactory, VllmServer, start_vllm
-from test_diagnose_vllm import diagnose, during, warm
+from test_diagnose_vllm import diagnose, during, one_round_s, paced_overload_window, sized_overload, warm
 
 from vllm_tune.cli.main import main
 from vllm_tune.tools.bench.api import RunBenchmarkInput, run_benchmark
@@ -87,13 +88,17 @@ def test_diagnose_agrees_with_the_load_generator_on_the_same_window(vllm_server_
 
 
 def test_overload_is_never_slo_met(vllm_server_factory: VllmFactory) -> None:
+    # Issue 19's case: --max-num-seqs 4 under 16 concurrent requests. The window opens after two rounds of
+    # four, so its requests queued for rounds, and the TTFT target is one round.
     server = vllm_server_factory(["--max-num-seqs", "4"])
     warm(server)
-    state = load.LoadState("overload4", ("--max-num-seqs", "4"), 64, 128, 16, 16, "16 concurrent on 4 seats")
-    out = during(lambda: load.drive_state(server.url, server.model, state), 4.0,
-                 lambda: diagnose(url=server.url, window_s=8, slo=SloTargets(ttft=500),
-                                  serve_flags={"max_num_seqs": 4}))
-    assert out.signals["waiting_mean"].value >= 2, out.signals.get("waiting_mean")
+    round_s = one_round_s(server)
+    # 16 concurrent, as many requests as keep the queue for about 14 s on this machine now
+    sized = sized_overload(round_s, seats=4)
+    state = load.LoadState("overload4", ("--max-num-seqs", "4"), sized.requests, 128, 16, 16, "16 on 4 seats")
+    out = during(lambda: load.drive_state(server.url, server.model, state), 0.0,
+                 lambda: paced_overload_window(server, round_s, seats=4, serve_flags={"max_num_seqs": 4}))
+    assert out.signals["waiting_mean"].value >= 1, out.signals.get("waiting_mean")
     assert out.slo["ttft"].status in ("violated", "undecided")
     assert not out.verdict.startswith("healthy") and "SLO met" not in out.verdict
     assert out.bottleneck == "triage.ttft-high-queue-growing", out.verdict
@@ -101,7 +106,10 @@ def test_overload_is_never_slo_met(vllm_server_factory: VllmFactory) -> None:
 
 def test_a_fresh_servers_first_window_is_warm_up(tiny_models: TinyModels, server_log_dir: Path) -> None:
     with start_vllm(tiny_models.llama, ["--max-num-seqs", "6"], log_dir=server_log_dir) as server:
-        work = lambda: load.drive(server.url, server.model, requests=8, max_tokens=16, concurrency=1)  # noqa: E731
+        def work() -> load.LoadResult:
+            time.sleep(0.5)  # the window's first scrape comes before the first request, on any machine
+            return load.drive(server.url, server.model, requests=8, max_tokens=16, concurrency=1)
+
         # A 1 ms TTFT target is missed by any request: without the warm-up check this names prefill-bound.
         out = during(work, 0.0, lambda: diagnose(url=server.url, window_s=6, slo=SloTargets(ttft=1)))
     assert (out.workload.finished_requests or 0) >= 1
