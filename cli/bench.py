@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from vllm_tune.cli.common import EXIT_INTERRUPTED, fail, parse_key_values, print_json
+from vllm_tune.cli.common import EXIT_INTERRUPTED, fail, print_json
 
 # Flags that mean what they mean in `vllm bench serve` (name, type and default); a test reads vLLM's own parser.
 SHARED_WITH_VLLM_BENCH = (
@@ -127,16 +127,12 @@ def _endpoint(args: argparse.Namespace) -> str:
 
 
 def _slo(args: argparse.Namespace) -> dict[str, float]:
-    slo = parse_key_values(args.slo, allowed={"ttft", "tpot", "e2el"}, what="SLO") if args.slo else {}
-    for pair in args.goodput or []:
-        key, sep, raw = pair.partition(":")
-        try:
-            slo[key.strip().lower()] = float(raw)
-        except ValueError:
-            fail(f"bad --goodput {pair!r}: expected KEY:MILLISECONDS, e.g. ttft:500")
-        if not sep:
-            fail(f"bad --goodput {pair!r}: expected KEY:MILLISECONDS, e.g. ttft:500")
-    return slo
+    """--slo ttft=500,tpot=50 and vLLM's --goodput ttft:500 tpot:50, read by the one SLO vocabulary
+    (tools/slo.py); goodput takes ttft, tpot and e2el, as vllm bench serve does."""
+    from vllm_tune.tools.slo import GOODPUT_METRICS, parse_slo
+
+    items = [*([args.slo] if args.slo else []), *(args.goodput or [])]
+    return parse_slo(items, allowed=GOODPUT_METRICS).as_dict() if items else {}
 
 
 def _ramp(args: argparse.Namespace) -> tuple[float | None, float | None]:

@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vllm_tune.cli.common import parse_key_values, print_json
+from vllm_tune.cli.common import print_json
 
-_SLO_KEYS = {"ttft", "itl", "tpot", "e2el"}
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
@@ -30,13 +29,22 @@ def register(sub: Any) -> None:
                    "Prometheus range (default 300), or the time between two metrics files")
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help="live gauge sampling interval")
     p.add_argument("--log-file", metavar="FILE", help="vLLM server log")
-    p.add_argument("--slo", metavar="K=MS,...", help="targets in ms at p90: ttft=MS,itl=MS,tpot=MS,e2el=MS")
+    p.add_argument("--slo", metavar="K=MS,...", help="latency targets in ms: ttft=MS,itl=MS,tpot=MS,e2el=MS "
+                   "(unset ones use default targets)")
+    p.add_argument("--goodput", nargs="+", metavar="K:MS", help="the same targets in vllm bench serve's form: "
+                   "ttft:500 tpot:50")
+    p.add_argument("--slo-percentile", default="p90", metavar="P",
+                   help="percentile the targets are judged at: p50, p90 (default), p95 or p99")
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--max-cudagraph-capture-size", type=int)
     p.add_argument("--tensor-parallel-size", type=int)
     p.add_argument("--model", help="only this served model (model_name label)")
     p.add_argument("--json", action="store_true", help="print the full output model as JSON")
+    from vllm_tune.cli.diagnose_watch import DURATION_HELP, WATCH_HELP
+
+    p.add_argument("--watch", type=float, metavar="S", help=WATCH_HELP)
+    p.add_argument("--duration", type=float, metavar="S", help=DURATION_HELP)
     p.set_defaults(handler=_diagnose)
 
 
@@ -47,22 +55,54 @@ def _read(path: str, what: str) -> str:
     return read_text(path, limit=MAX_FILE_BYTES, what=what, errors="replace")
 
 
+def _captured_window(files: list[str]) -> float | None:
+    """The window `vllm-tune capture` (or the sample recorder) measured, from the capture.json beside the two
+    files, when the files are the ones it names."""
+    import json
+
+    if len(files) != 2:
+        return None
+    paths = [Path(f).resolve() for f in files]
+    meta_path = paths[0].parent / "capture.json"
+    if paths[1].parent != paths[0].parent or not meta_path.is_file():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    named = meta.get("files") or {"before": "before.prom", "after": "after.prom"}
+    window = meta.get("window_s")
+    if not isinstance(named, dict) or [p.name for p in paths] != [named.get("before"), named.get("after")]:
+        return None
+    return float(window) if isinstance(window, int | float) and window > 0 else None
+
+
 def _input(args: argparse.Namespace) -> Any:
     from vllm_tune.tools.diagnose.api import DiagnoseInput, MetricsText
-    from vllm_tune.tools.diagnose.models import ServeFlags, SloTargets
+    from vllm_tune.tools.diagnose.models import ServeFlags
     from vllm_tune.tools.errors import BadInputError
 
     if len(args.metrics_file) > 2:
         raise BadInputError("give --metrics-file once (lifetime view) or twice (earlier first)")
-    slo = parse_key_values(args.slo, allowed=_SLO_KEYS, what="SLO") if args.slo else {}
+    from vllm_tune.tools.slo import parse_percentile, parse_slo
+
+    if args.slo and args.goodput:
+        raise BadInputError("give the targets once: --slo ttft=500,itl=15 or --goodput ttft:500 itl:15")
+    slo = parse_slo(args.slo or args.goodput or "")
+    percentile = parse_percentile(args.slo_percentile)
+    if percentile not in (50, 90, 95, 99):
+        raise BadInputError(f"--slo-percentile {args.slo_percentile}: diagnose judges at p50, p90, p95 or p99")
     metrics = [MetricsText(name=Path(f).name, text=_read(f, "metrics file")) for f in args.metrics_file]
     if not (args.url or args.prometheus or metrics or args.log_file):
         raise BadInputError("nothing to diagnose: give a URL, --prometheus, --metrics-file or --log-file")
     return DiagnoseInput(
         url=args.url, prometheus_url=args.prometheus, prometheus_selector=args.selector, prometheus_end=args.end,
         metrics=metrics, log_text=_read(args.log_file, "log file") if args.log_file else None,
-        window_s=args.window, sample_interval_s=args.interval,
-        slo=SloTargets(**{f"{k}_ms": v for k, v in slo.items()}),
+        window_s=args.window, sample_interval_s=args.interval, slo=slo,
+        slo_percentile=int(percentile),
+        captured_window_s=_captured_window(args.metrics_file),
         serve_flags=ServeFlags(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                                max_cudagraph_capture_size=args.max_cudagraph_capture_size,
                                tensor_parallel_size=args.tensor_parallel_size),
@@ -74,9 +114,16 @@ def _diagnose(args: argparse.Namespace) -> int:
 
     from vllm_tune.tools.diagnose.api import diagnose_metrics
     from vllm_tune.tools.diagnose.report import render_report
+    from vllm_tune.tools.errors import BadInputError
     from vllm_tune.tools.net.targets import TargetPolicy
 
     request = _input(args)
+    if args.watch is not None or args.duration is not None:
+        from vllm_tune.cli.diagnose_watch import run_watch
+
+        if args.watch is None:
+            raise BadInputError("--duration bounds a --watch; give --watch S too")
+        return run_watch(args, request)
     policy = TargetPolicy.from_env()
     for typed in (args.url, args.prometheus):
         if typed:

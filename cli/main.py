@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from vllm_tune.cli.common import EXIT_BAD_INPUT, report_error, run_handler
 
 # Each module exposes `register(subparsers)` and sets `handler` on its parser.
-_COMMANDS = ("demo", "mcp", "kb", "diagnose", "plan", "calibrate", "moe", "bench", "lint", "compare", "tune",
-             "whatif")
+_COMMANDS = ("demo", "mcp", "kb", "diagnose", "capture", "plan", "calibrate", "moe", "bench", "lint", "compare",
+             "tune", "whatif", "alerts")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from vllm_tune.cli.common import EXIT_TARGET, parse_env_items, parse_key_values, print_json
+from vllm_tune.cli.common import EXIT_TARGET, parse_env_items, print_json
 
 if TYPE_CHECKING:
     from vllm_tune.tools.tune.models import TuneState
@@ -113,6 +113,7 @@ def _show(state: TuneState, args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
+    from vllm_tune.tools.slo import parse_slo
     from vllm_tune.tools.tune.api import tune_start
     from vllm_tune.tools.tune.models import TuneStartInput, TuneWorkload
 
@@ -120,7 +121,7 @@ def _start(args: argparse.Namespace) -> int:
                             concurrency=args.concurrency, rate=args.rate, num_prompts=args.num_prompts,
                             warmup_requests=args.warmup_requests)
     state = tune_start(TuneStartInput(
-        command=args.command_line, goal=args.goal, slo=parse_key_values(args.slo or "", what="SLO"),
+        command=args.command_line, goal=args.goal, slo=parse_slo(args.slo or "").as_dict(),
         slo_percentile=args.slo_percentile, workload=workload, levers=args.lever, max_trials=args.max_trials,
         env=parse_env_items(args.env), vllm_version=args.vllm_version, gpu=args.gpu, save_result=args.save_result))
     return _show(state, args)

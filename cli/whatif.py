@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from vllm_tune.cli.common import fail, parse_key_values, print_json
+from vllm_tune.cli.common import fail, print_json
 
 
 def register(sub: Any) -> None:
@@ -70,7 +70,9 @@ def _input(args: argparse.Namespace) -> Any:
     # A URL without another calibration source means: probe it (like `bench URL`, this sends load).
     probe = args.probe or bool(args.url and not args.from_result and not args.calibration
                                and args.metrics_window is None)
-    slo = parse_key_values(args.slo, allowed={"ttft", "tpot", "e2el"}, what="SLO") if args.slo else {}
+    from vllm_tune.tools.slo import GOODPUT_METRICS, parse_slo
+
+    slo = parse_slo(args.slo, allowed=GOODPUT_METRICS).as_dict() if args.slo else {}
     return WhatIfInput(
         url=args.url, from_result=args.from_result, calibration=args.calibration, probe=probe,
         metrics_window_s=args.metrics_window, confirm=args.yes, serve_flags=_pairs(args.serve_flag, "--serve-flag"),

@@ -1,8 +1,8 @@
 """diagnose_metrics against real vLLM 0.32 CPU servers driven into each load state, and via real Prometheus.
 
 Targets: the CPU server is slow, so latency verdicts use either the default targets (TTFT 3 s at p90: the
-overload and thrash states queue requests for many seconds) or an SLO that is realistic for this server (a
-16-token request sees TTFT p90 around 50 ms here, so 250 ms TTFT is a fair target for long prompts).
+overload and thrash states queue requests for many seconds) or an SLO set from what the state cannot avoid
+(a 900-token prompt at a 16-token budget takes 57 engine steps to its first token, over 40 ms on any machine).
 Assertions are on findings and on signals with wide margins, never on tight latency numbers.
 """
 
@@ -67,14 +67,16 @@ def test_idle_server_yields_no_warning(vllm_server: VllmServer) -> None:
 
 
 def test_light_load_is_healthy(vllm_server: VllmServer) -> None:
+    warm(vllm_server)  # a window holding a fresh server's first requests is reported as warm-up instead
     state = load.LoadState("steady_light_long", (), 60, 32, 16, 2, "steady light load for a whole window")
-    slo = SloTargets(ttft_ms=1000, itl_ms=250)  # realistic for this CPU server, also on a busy 2-core machine
+    slo = SloTargets(ttft=1000, itl=250)  # realistic for this CPU server, also on a busy 2-core machine
     out = during(lambda: load.drive_state(vllm_server.url, vllm_server.model, state), 0.5,
-                 lambda: diagnose(url=vllm_server.url, window_s=4, slo=slo))
+                 lambda: diagnose(url=vllm_server.url, window_s=8, slo=slo))
     assert (out.workload.finished_requests or 0) >= 3
     assert warnings(out) == [], [(f.id, f.evidence) for f in out.findings]
     assert out.verdict.startswith("healthy")
     assert out.slo["ttft"].status == "met"
+    assert out.abstained == [], out.abstained  # nothing points to a problem, so no rule is "undecided"
 
 
 def warm(server: VllmServer) -> None:
@@ -84,19 +86,58 @@ def warm(server: VllmServer) -> None:
     assert result.completed == 1, result.errors
 
 
+def finished(url: str) -> float:
+    return load.scrape(url).get("vllm:request_success_total", 0.0)
+
+
+def _wait_finished(url: str, count: float) -> None:
+    t0 = time.monotonic()
+    while finished(url) < count:
+        assert time.monotonic() - t0 < 150, "the overload load stopped finishing requests"
+        time.sleep(0.05)
+
+
+def one_round_s(server: VllmServer, max_tokens: int = 128) -> float:
+    """How long one request of the overload's length takes alone: a round of the queue takes at least this."""
+    result = load.drive(server.url, server.model, requests=1, max_tokens=max_tokens)
+    assert result.completed == 1, result.errors
+    return result.wall_s
+
+
+def sized_overload(round_s: float, seats: int, span_s: float = 14.0, max_tokens: int = 128) -> load.LoadState:
+    """All requests at once, enough of them that the queue lasts about `span_s` on this machine now (a fixed
+    count drains in 4 s on an idle box and takes a minute on a loaded one)."""
+    requests = max(40, min(256, round(span_s / max(round_s, 0.01)) * seats))
+    return load.LoadState("overload_sized", (), requests, max_tokens, 16, requests, f"{requests} at once")
+
+
+def paced_overload_window(server: VllmServer, round_s: float, min_window_s: float = 2.0, seats: int = 2,
+                          **kwargs: object) -> DiagnoseOutput:
+    """Diagnose an overload while its queue is deep, whatever the machine's speed: let two rounds of `seats`
+    (max_num_seqs) requests finish, then observe for about four rounds (of 20 or more), so many still wait at
+    the end of the window. The TTFT target is one round (`round_s`, a request measured alone): a request
+    reaching its first token in the window waited at least two, so every one misses it."""
+    base = finished(server.url)
+    _wait_finished(server.url, base + 2 * seats)
+    window = max(min_window_s, min(6.0, 4 * round_s))
+    return diagnose(url=server.url, window_s=window, slo={"ttft": max(1.0, round_s * 1000.0)}, **kwargs)
+
+
 def test_overload_top_finding_is_capacity_bound(vllm_server_factory: VllmFactory) -> None:
     server = vllm_server_factory(list(load.overload.server_args))
     warm(server)
-    # Start the window once the first pairs are done: requests finishing inside it have queued for seconds.
-    out = during(lambda: load.drive_state(server.url, server.model, load.overload), 4.0,
-                 lambda: diagnose(url=server.url, window_s=6, serve_flags=ServeFlags(max_num_seqs=2)))
-    assert out.bottleneck == "triage.ttft-high-queue-growing", out.verdict
-    # Dozens queue behind max_num_seqs=2 at first; how far the queue has drained by the end of the window
-    # depends on the machine, so only ask for a clear queue (the rule itself fires at 1).
-    assert out.signals["waiting_mean"].value >= 2
-    # Near the limit while the queue lasts; the queue may drain before the window ends on a fast machine.
-    assert out.signals["running_over_max_num_seqs"].value > 0.6
-    assert out.slo["ttft"].status == "violated"
+    round_s = one_round_s(server)
+    state = sized_overload(round_s, seats=2)
+    out = during(lambda: load.drive_state(server.url, server.model, state), 0.0,
+                 lambda: paced_overload_window(server, round_s, serve_flags={"max_num_seqs": 2}))
+    assert out.bottleneck == "triage.ttft-high-queue-growing", (out.verdict, out.sources_used, out.capacity,
+                                                                out.caveats)
+    # How deep the engine's queue is depends on how fast the client gets requests to it on a busy machine;
+    # the rule fires at one waiting on average.
+    assert out.signals["waiting_mean"].value >= 1
+    # Not asserted: how close running stays to max_num_seqs. On two shared cores the API server feeding dozens
+    # of streams can leave the engine short of work between steps, so running averages well below 2.
+    assert out.slo["ttft"].status in ("violated", "undecided")  # the bucket may straddle; never met
     bench = next(s for s in out.next_steps if s.tool == "run_benchmark")
     assert bench.arguments["output_len"] == 128
 
@@ -115,9 +156,13 @@ def test_kv_thrash_top_finding_is_preemption(vllm_server_factory: VllmFactory) -
 
 def test_long_prompts_with_tiny_budget_are_prefill_bound(vllm_server_factory: VllmFactory) -> None:
     server = vllm_server_factory(list(load.long_prompts.server_args))
-    work = lambda: load.drive(server.url, server.model, requests=10, max_tokens=8, prompt_tokens=900,  # noqa: E731
+    warm(server)
+    # 20 requests one at a time: on a fast machine all of them fall in the window, on a slow one enough do.
+    work = lambda: load.drive(server.url, server.model, requests=20, max_tokens=8, prompt_tokens=900,  # noqa: E731
                               concurrency=1)
-    out = during(work, 0.3, lambda: diagnose(url=server.url, window_s=8, slo=SloTargets(ttft_ms=250),
+    # A warm server needs 57 engine steps of 16 tokens for a 900-token prompt: at least about 1 ms each even on
+    # an idle machine, so TTFT is over 40 ms for sure, while a 16-token prompt's first token takes one step.
+    out = during(work, 0.3, lambda: diagnose(url=server.url, window_s=15, slo=SloTargets(ttft=40),
                                             serve_flags=ServeFlags(max_num_batched_tokens=16)))
     assert out.bottleneck == "triage.ttft-high-queue-empty", out.verdict
     assert out.signals["queue_time_share_of_ttft"].value < 0.5
@@ -132,16 +177,22 @@ def test_prometheus_path_matches_direct_scrape(vllm_server_factory: VllmFactory)
         prom.wait_for_series("vllm:num_requests_running")
         time.sleep(2)
         flags = ServeFlags(max_num_seqs=2)
-        direct = during(lambda: load.drive_state(server.url, server.model, load.overload), 1.5,
-                        lambda: diagnose(url=server.url, window_s=10, serve_flags=flags))
+        # Enough requests that a 6 s window, long enough for PromQL's rate(), still sees the queue.
+        round_s = one_round_s(server)
+        deep = sized_overload(round_s, seats=2)
+        direct = during(lambda: load.drive_state(server.url, server.model, deep), 0.0,
+                        lambda: paced_overload_window(server, round_s, min_window_s=6.0, serve_flags=flags))
         assert direct.window_start_unix is not None and direct.window_end_unix is not None
         time.sleep(2.5)  # the last scrape of the window is in Prometheus
         via = diagnose(prometheus_url=prom.url, prometheus_end=direct.window_end_unix,
-                       window_s=direct.window_end_unix - direct.window_start_unix, serve_flags=flags)
+                       window_s=direct.window_end_unix - direct.window_start_unix, serve_flags=flags,
+                       slo=direct.slo and {"ttft": direct.slo["ttft"].target_ms})
     assert via.bottleneck == direct.bottleneck == "triage.ttft-high-queue-growing"
     assert warnings(via) == warnings(direct)
     a, b = direct.workload.finished_requests or 0, via.workload.finished_requests or 0
-    assert abs(a - b) <= 4, (a, b)  # Prometheus samples lag the direct scrapes by up to one interval
+    # Prometheus samples lag the direct scrapes by up to one 1 s interval at each end of the window.
+    lag = 2 * (direct.workload.request_rate_per_s or 0.0) * 1.0
+    assert abs(a - b) <= max(4.0, lag + 1), (a, b, lag)
     assert via.server.engines == 1
     assert "ttft" in via.latency.promql_cross_check  # PromQL histogram_quantile answered for the same range
 
@@ -160,5 +211,8 @@ def test_prometheus_fixture_fleet_view(prometheus: PrometheusServer, vllm_server
     assert engine.labels["instance"] == f"127.0.0.1:{vllm_server.port}"
     ours = via.latency.ttft
     promql = via.latency.promql_cross_check.get("ttft")
-    assert ours is not None and ours.p90_ms is not None and promql is not None
-    assert abs(promql - ours.p90_ms) <= 0.05 * ours.p90_ms + 1.0  # same histogram, PromQL vs our quantile
+    assert ours is not None and ours.p90 is not None and promql is not None
+    if ours.p90.value_ms is not None:  # an interpolated value: PromQL's histogram_quantile gives the same
+        assert abs(promql - ours.p90.value_ms) <= 0.05 * ours.p90.value_ms + 1.0
+    else:  # a bound: PromQL interpolates (first bucket) or returns the last edge (+Inf); both within it
+        assert ours.p90.lower_ms <= promql <= (ours.p90.upper_ms or promql)

@@ -70,25 +70,31 @@ class PrometheusServer:
         self.stop()
 
 
-def _config(targets: list[str], scrape_interval_s: float) -> str:
+def _config(targets: list[str], scrape_interval_s: float, rule_files: list[Path] | None = None,
+            evaluation_interval_s: float | None = None) -> str:
     hosts = ", ".join(f"'{t.removeprefix('http://').removeprefix('https://').rstrip('/')}'" for t in targets)
+    rules = "".join(f"  - '{Path(f).resolve()}'\n" for f in rule_files or [])
     return (
         "global:\n"
         f"  scrape_interval: {scrape_interval_s}s\n"
-        f"  evaluation_interval: {scrape_interval_s}s\n"
-        "scrape_configs:\n"
+        f"  evaluation_interval: {evaluation_interval_s or scrape_interval_s}s\n"
+        + (f"rule_files:\n{rules}" if rules else "")
+        + "scrape_configs:\n"
         "  - job_name: vllm\n"
         f"    static_configs:\n      - targets: [{hosts}]\n"
     )
 
 
-def start_prometheus(targets: list[str], scrape_interval_s: float = 1, timeout_s: float = 60) -> PrometheusServer:
-    """Start Prometheus on a free loopback port scraping `targets` (URLs or host:port)."""
+def start_prometheus(targets: list[str], scrape_interval_s: float = 1, timeout_s: float = 60,
+                     rule_files: list[Path] | None = None,
+                     evaluation_interval_s: float | None = None) -> PrometheusServer:
+    """Start Prometheus on a free loopback port scraping `targets` (URLs or host:port), evaluating
+    `rule_files` (alerting or recording rules) every `evaluation_interval_s` (default: the scrape interval)."""
     binary = prometheus_binary()
     if binary is None:
         raise ComponentMissingError(f"prometheus binary not found; {PROVISION_HINT}")
     workdir = Path(tempfile.mkdtemp(prefix="vllm-tune-prom-"))
-    (workdir / "prometheus.yml").write_text(_config(targets, scrape_interval_s))
+    (workdir / "prometheus.yml").write_text(_config(targets, scrape_interval_s, rule_files, evaluation_interval_s))
     port = free_port()
     cmd = [
         binary,

@@ -83,3 +83,18 @@ def test_access_log_status_classes() -> None:
     facts = parse_log('INFO:     127.0.0.1:1 - "POST /v1/completions HTTP/1.1" 400 Bad Request\n'
                       'INFO:     127.0.0.1:2 - "POST /v1/completions HTTP/1.1" 200 OK\n')
     assert facts.http_status == {"4xx": 1, "2xx": 1}
+
+
+def test_compilation_while_serving_is_warm_up_but_start_up_compilation_is_not() -> None:
+    from vllm_tune.tools.diagnose.timing import warmup_reason
+
+    log = (DATA / "captures" / "overload.log").read_text()
+    facts = parse_log(log)
+    # the real start-up log mentions torch.compile ("disabling torch.compile") before serving: not warm-up
+    assert facts.serving and facts.compile_lines_while_serving == []
+    assert warmup_reason(None, facts) is None
+    late = log + "(EngineCore pid=1) INFO 12-03 18:45:01 [monitor.py:34] torch.compile takes 41.27 s in total\n"
+    facts = parse_log(late)
+    assert len(facts.compile_lines_while_serving) == 1
+    reason = warmup_reason(None, facts)
+    assert reason is not None and "compilation while serving" in reason

@@ -32,10 +32,27 @@ def test_cli_human_report_with_slo(capsys: pytest.CaptureFixture[str]) -> None:
                "--log-file", str(CAPTURES / "long_prompts.log")])
     text = capsys.readouterr().out
     assert rc == 0
-    assert "triage.ttft-high-queue-empty" in text and "SLO (your SLO): ttft violated" in text
+    assert "triage.ttft-high-queue-empty" in text and "SLO (your SLO, judged at p90): ttft violated" in text
+
+
+def test_cli_takes_vllm_goodput_form_and_a_percentile(capsys: pytest.CaptureFixture[str]) -> None:
+    files = ["--metrics-file", str(CAPTURES / "kv_thrash.before.prom"), "--metrics-file",
+             str(CAPTURES / "kv_thrash.after.prom"), "--window", "23.87"]
+    assert main(["diagnose", *files, "--goodput", "ttft:20000", "tpot:50", "--slo-percentile", "p99", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["slo_percentile"] == 99 and set(out["slo"]) == {"ttft", "tpot"}
+    assert out["slo"]["ttft"]["status"] == "violated" and out["slo"]["ttft"]["percentile"] == 99
+    assert out["targets_used"]["ttft"] == "20000 ms at p99 (your SLO)"
+    assert main(["diagnose", *files, "--slo", "ttft=20000,tpot=50", "--slo-percentile", "99", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["slo"] == out["slo"]
 
 
 @pytest.mark.parametrize("argv, code, fragment", [
+    (["diagnose", "--slo", "ttft=5", "--goodput", "ttft:5", "--metrics-file", __file__], 2, "give the targets once"),
+    (["diagnose", "--slo-percentile", "p97", "--metrics-file", __file__], 2, "judges at p50, p90, p95 or p99"),
+    (["capture", "http://127.0.0.1:9", "--window", "1", "--out", "/tmp/vllm-tune-test-capture"], 3, "cannot reach"),
+    (["capture", "http://127.0.0.1:9", "--window", "0"], 2, "--window must be between 0 and"),
     (["diagnose"], 2, "nothing to diagnose"),
     (["diagnose", "--metrics-file", "/nonexistent.prom"], 2, "cannot read metrics file"),
     (["diagnose", "--metrics-file", __file__], 2, "not valid Prometheus text format"),
@@ -73,6 +90,26 @@ async def test_mcp_tool_is_annotated_and_diagnoses_texts() -> None:
         assert not result.is_error
         data = result.structured_content
         assert data is not None and data["bottleneck"] == "triage.ttft-high-queue-growing"
+
+
+@pytest.mark.anyio
+async def test_mcp_tool_takes_the_shared_slo_vocabulary() -> None:
+    metrics = [{"name": f"steady_light.{e}", "text": (CAPTURES / f"steady_light.{e}.prom").read_text()}
+               for e in ("before", "after")]
+    async with Client(build_server(), raise_exceptions=True) as client:
+        tool = {t.name: t for t in (await client.list_tools()).tools}["diagnose_metrics"]
+        assert tool.input_schema["properties"]["slo_percentile"]["enum"] == [50, 90, 95, 99]
+        results = []
+        for slo in ({"itl": 5}, {"itl_ms": 5}):
+            result = await client.call_tool("diagnose_metrics", {"metrics": metrics, "window_s": 2.03, "slo": slo,
+                                                                 "slo_percentile": 95})
+            assert not result.is_error, result.content
+            results.append(result.structured_content)
+    a, b = results
+    assert a is not None and b is not None and a["slo"] == b["slo"]
+    assert a["bottleneck"] == "triage.tpot-high-decode-bound" and a["slo"]["itl"]["percentile"] == 95
+    assert a["latency"]["queue"]["p95"]["value_ms"] is None  # a bound, not a number
+    assert any("ITL p95" in d for d in a["findings"][0]["decided_by"])
 
 
 @pytest.mark.anyio

@@ -18,23 +18,30 @@ from vllm_tune.tools.diagnose.models import (
     Abstention,
     Capacity,
     DiagnoseOutput,
+    Finding,
     Latency,
     ServeFlags,
     ServerInfo,
-    SloResult,
-    SloTargets,
     Workload,
 )
 from vllm_tune.tools.diagnose.prometheus import read_prometheus_async
 from vllm_tune.tools.diagnose.quantiles import fraction_at_or_below
-from vllm_tune.tools.diagnose.signals import DEFAULT_TARGETS_MS, MIN_REQUESTS_FOR_DIAGNOSIS, Inputs, compute_signals
+from vllm_tune.tools.diagnose.signals import (
+    DEFAULT_TARGETS_MS,
+    MIN_REQUESTS_FOR_DIAGNOSIS,
+    Inputs,
+    compute_signals,
+    indicates_problem,
+)
 from vllm_tune.tools.diagnose.snapshot import Histogram
+from vllm_tune.tools.diagnose.timing import counter_contradictions, warmup_reason
 from vllm_tune.tools.diagnose.window import Window
 from vllm_tune.tools.errors import BadInputError, TargetError, VllmTuneError
 from vllm_tune.tools.kb import load_knowledge
 from vllm_tune.tools.net.http import http_client
 from vllm_tune.tools.net.targets import TargetPolicy
 from vllm_tune.tools.net.vllm_probe import VllmServerInfo
+from vllm_tune.tools.slo import SLO_METRICS, SloCheck, SloTargets, judge_bounds, judge_value, percentile_label
 
 Progress = Callable[[float, float, str], Awaitable[None]]
 DEFAULT_WINDOW_S = 10.0
@@ -46,7 +53,8 @@ class MetricsText(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(default="metrics", max_length=500, description="label for messages, e.g. the file name")
-    text: str = Field(description="Prometheus exposition text as served by vLLM's /metrics")
+    text: str = Field(description="Prometheus exposition text as served by vLLM's /metrics (a `# vllm-tune "
+                      "capture: scraped_at=...` first line, as `vllm-tune capture` writes, dates it)")
 
 
 class DiagnoseInput(BaseModel):
@@ -67,8 +75,13 @@ class DiagnoseInput(BaseModel):
                                    "scrape window (default 10), Prometheus range (default 300) or the time between "
                                    "two saved scrapes")
     sample_interval_s: float = Field(default=1.0, ge=0.2, le=60, description="live gauge sampling interval")
-    slo: SloTargets = Field(default=SloTargets(), description="latency targets (ms) judged at p90; without "
-                            "them default interactive targets are used and said so")
+    slo: SloTargets = Field(default=SloTargets(), description="latency targets in ms: ttft, itl, tpot, e2el "
+                            "(ttft_ms... accepted); unset ones use default interactive targets, and the output "
+                            "says which decided")
+    slo_percentile: Literal[50, 90, 95, 99] = Field(default=90, description="percentile the targets are judged at")
+    captured_window_s: float | None = Field(default=None, gt=0, le=86_400, description="seconds between the two "
+                                            "saved scrapes as recorded when they were taken (capture.json); a "
+                                            "window_s that contradicts it is warned about and this one is used")
     serve_flags: ServeFlags = Field(default=ServeFlags(), description="known server flags (metrics do not "
                                     "export max_num_seqs or max_num_batched_tokens)")
     model: str | None = Field(default=None, max_length=500, description="only this served model (model_name label)")
@@ -82,27 +95,43 @@ class DiagnoseInput(BaseModel):
         return self
 
 
-def _slo_results(latency: Latency, hists: dict[str, Histogram], targets: SloTargets) -> dict[str, SloResult]:
-    out: dict[str, SloResult] = {}
-    for key in ("ttft", "itl", "tpot", "e2el"):
-        target = getattr(targets, f"{key}_ms")
-        if target is None:
-            continue
-        p = getattr(latency, key)
-        hist = hists.get(key)
-        if p is None or p.p90_ms is None or hist is None:
-            out[key] = SloResult(target_ms=target, observed_p90_ms=None, status="unknown",
-                                 note="no observations in the window")
-            continue
-        share = fraction_at_or_below(hist, target / 1000.0)
-        note = None
-        if p.p90_bucket_ms and p.p90_bucket_ms[0] < target < p.p90_bucket_ms[1]:
-            note = (f"the target lies inside the p90 bucket {p.p90_bucket_ms[0]:g}-{p.p90_bucket_ms[1]:g} ms; "
-                    "the verdict rests on interpolation")
-        out[key] = SloResult(target_ms=target, observed_p90_ms=round(p.p90_ms, 3),
-                             status="met" if p.p90_ms <= target else "violated",
-                             share_within_target=None if share is None else round(share, 4), note=note)
+def _slo_results(latency: Latency, targets: SloTargets, percentile: float) -> dict[str, SloCheck]:
+    """Each target judged at the percentile from the bucket bounds that hold it, never from interpolation."""
+    out: dict[str, SloCheck] = {}
+    for key, target in targets.items().items():
+        dist = getattr(latency, key)
+        p = dist.at(percentile) if dist is not None else None
+        if p is None:
+            out[key] = SloCheck(metric=key, target_ms=target, percentile=percentile, status="unknown",
+                                decided_by="no observations in the window")
+        elif p.kind == "exact":
+            out[key] = judge_value(key, target, percentile, p.value_ms)
+        else:
+            out[key] = judge_bounds(key, target, percentile, lower_ms=p.lower_ms, upper_ms=p.upper_ms,
+                                    observed_ms=p.value_ms)
     return out
+
+
+def _share_within(out: dict[str, SloCheck], hists: dict[str, Histogram]) -> None:
+    for key, check in out.items():
+        hist = hists.get(key)
+        if hist is not None and check.status != "unknown":
+            share = fraction_at_or_below(hist, check.target_ms / 1000.0)
+            check.share_within_target = None if share is None else round(share, 4)
+
+
+def _effective_targets(given: SloTargets) -> tuple[SloTargets, dict[str, str]]:
+    """The operator's targets where given, the default interactive targets elsewhere (rules need a TTFT
+    target to tell decode-bound from the rest even when the SLO names only ITL)."""
+    values: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    for key in SLO_METRICS:
+        mine, default = given.get(key), DEFAULT_TARGETS_MS.get(key)
+        if mine is not None:
+            values[key], sources[key] = mine, "your SLO"
+        elif default is not None:
+            values[key], sources[key] = default, "default"
+    return SloTargets.model_validate(values), sources
 
 
 def _engines(window: Window) -> int:
@@ -189,7 +218,8 @@ async def _collect(request: DiagnoseInput, policy: TargetPolicy, progress: Progr
             got.failures.append(exc)
             got.caveats.append(f"{what} could not be read: {exc}")
     if got.window is None and request.metrics:
-        got.window = window_from_texts([(m.name, m.text) for m in request.metrics], request.window_s)
+        got.window = window_from_texts([(m.name, m.text) for m in request.metrics], request.window_s,
+                                       request.captured_window_s)
         got.sources.extend(f"metrics text: {m.name}" for m in request.metrics)
         if got.window.seconds:
             got.sources.append(f"window between the two scrapes: {got.window.seconds:g} s")
@@ -215,22 +245,45 @@ def _select_model(window: Window, model: str | None, caveats: list[str]) -> Wind
     return window
 
 
+def _latency_only(finding: Finding) -> bool:
+    """A finding whose problem evidence is only latency: what warm-up inflates (queues and preemptions are not)."""
+    problems = [ev for ev in finding.evidence if ev.holds and indicates_problem(ev.signal, ev.op)]
+    return all(ev.signal.endswith("_over_target") or ev.signal in ("itl_p99_over_p50", "decode_share_of_e2el")
+               for ev in problems)
+
+
+def _decided_by(finding: Finding) -> list[str]:
+    return [ev.how + (" (undecided: the bucket reaches the target)" if ev.holds is None else "")
+            for ev in finding.evidence if ev.signal.endswith("_over_target") and ev.how]
+
+
 def _verdict(out: DiagnoseOutput, idle: bool, few: bool) -> str:
-    top = next((f for f in out.findings if f.severity != "info"), None)
+    label = percentile_label(out.slo_percentile)
+    named = [f for f in out.findings if f.severity != "info" and not (out.warmup and _latency_only(f))]
+    top = named[0] if named else None
     if top is not None:
         out.bottleneck = top.id
-        return f"{top.title} [{top.id}, {top.severity}, {top.confidence} confidence]"
+        decided = f"; decided by {'; '.join(top.decided_by)}" if top.decided_by else ""
+        return f"{top.title} [{top.id}, {top.severity}, {top.confidence} confidence]{decided}"
+    if out.warmup:
+        return (f"warming up: {out.warmup}; one-time start-up costs are in these latencies, so no bottleneck is "
+                "named; diagnose a later window")
     if idle:
         return "idle: no requests ran in the window, nothing to diagnose"
     violated = [k for k, r in out.slo.items() if r.status == "violated"]
+    undecided = [k for k, r in out.slo.items() if r.status == "undecided"]
     if few:
         return "abstaining: too few requests finished in the window; use a longer window"
     if violated:
-        return (f"abstaining: {', '.join(violated)} over target but no triage rule matched the signals; "
+        return (f"abstaining: {', '.join(violated)} {label} over target but no triage rule matched the signals; "
                 "not enough signal to name a bottleneck")
     if out.view == "log-only" and not out.findings:
         return "no problem visible in the log; give metrics for latency and SLO checks"
-    what = "SLO met" if out.slo_source == "user" else "default targets met"
+    if undecided:
+        why = "; ".join(out.slo[k].decided_by for k in undecided)
+        return (f"undecided: {why}, so the histogram cannot tell met from missed; no queue or preemption evidence "
+                "points to a bottleneck")
+    what = f"SLO met at {label}" if out.slo_source == "user" else f"default targets met at {label}"
     return f"healthy: no bottleneck at warning level ({what})"
 
 
@@ -256,13 +309,15 @@ def analyse(got: _Collected, request: DiagnoseInput) -> DiagnoseOutput:
         server.version = log.version
     max_len = next((m.max_model_len for m in server.models if m.max_model_len), None)
     flags, seqs_source = effective_flags(request.serve_flags, log, max_len)
-    targets = request.slo if request.slo.given() else DEFAULT_TARGETS_MS
+    targets, target_sources = _effective_targets(request.slo)
     slo_source: Literal["user", "default"] = "user" if request.slo.given() else "default"
+    percentile = float(request.slo_percentile)
     hists: dict[str, Histogram] = {}
     if window is not None:
         window = _select_model(window, request.model, caveats)
         caveats.extend(window.caveats)
-        latency, hists = latency_from_window(window)
+        caveats.extend(counter_contradictions(window, flags.max_num_seqs, _engines(window)))
+        latency, hists = latency_from_window(window, slo_percentile=percentile)
         workload = _workloads(window, hists)
         capacity = capacity_from_window(window, flags, workload.finished_requests)
         if log is not None:
@@ -277,7 +332,8 @@ def analyse(got: _Collected, request: DiagnoseInput) -> DiagnoseOutput:
         caveats.append("diagnosed from the server log only: no latency histograms, so TTFT/TPOT rules abstain")
     capacity.max_num_seqs_source = seqs_source or None
     inputs = Inputs(window=window, log=log, workload=workload, latency=latency, capacity=capacity, hists=hists,
-                    flags=flags, targets=targets, engines=_engines(window) if window is not None else 1)
+                    flags=flags, targets=targets, engines=_engines(window) if window is not None else 1,
+                    slo_percentile=percentile, target_sources=target_sources)
     signals = compute_signals(inputs)
     finished = workload.finished_requests or 0
     cap: Literal["medium"] | None = "medium" if window is not None and finished < 20 else None
@@ -285,17 +341,26 @@ def analyse(got: _Collected, request: DiagnoseInput) -> DiagnoseOutput:
                                    advise=Advisor(workload, capacity, flags), confidence_cap=cap)
     if flags.enforce_eager:  # no CUDA graphs: the graph-miss rule cannot apply, so it is not "undecided"
         abstained = [a for a in abstained if a.id != "triage.itl-spikes-graph-miss"]
+    # A rule on a latency nobody set a target for does not apply; it is not waiting for data.
+    untargeted = {f"{k}_over_target" for k in SLO_METRICS if targets.get(k) is None}
+    abstained = [a for a in abstained if not untargeted & set(a.missing_signals)]
     idle = window is not None and finished == 0 and not (capacity.running_max or capacity.waiting_max)
     few = window is not None and not idle and finished < MIN_REQUESTS_FOR_DIAGNOSIS
+    for finding in findings:
+        finding.decided_by = _decided_by(finding)
     out = DiagnoseOutput(verdict="", findings=findings, abstained=abstained, workload=workload, latency=latency,
-                         capacity=capacity, slo_source=slo_source,
+                         capacity=capacity, slo_source=slo_source, slo_percentile=percentile,
+                         targets_used={k: f"{v:g} ms at {percentile_label(percentile)} ({target_sources[k]})"
+                                       for k, v in targets.items().items()},
+                         warmup=warmup_reason(window, log),
                          signals=signals.values, caveats=caveats, sources_used=got.sources,
                          view=view,
                          window_s=window.seconds if window is not None else None, server=server)
     out.latency.promql_cross_check = got.cross_check
     if window is not None and window.before is not None:
         out.window_start_unix, out.window_end_unix = window.before.timestamp, window.after.timestamp
-    out.slo = _slo_results(latency, hists, targets)
+    out.slo = _slo_results(latency, request.slo if request.slo.given() else DEFAULT_TARGETS_MS, percentile)
+    _share_within(out.slo, hists)
     _notes(out, window, flags, slo_source, few, capacity)
     if few:
         out.abstained.append(Abstention(id="diagnosis", reason=f"only {finished} request(s) finished in the window; "
@@ -316,10 +381,13 @@ def _workloads(window: Window, hists: dict[str, Histogram]) -> Workload:
 
 def _notes(out: DiagnoseOutput, window: Window | None, flags: ServeFlags, slo_source: str, few: bool,
            capacity: Capacity) -> None:
+    label = percentile_label(out.slo_percentile)
     if slo_source == "default":
-        out.caveats.append("no SLO given: latency is judged against default interactive targets (TTFT 3000 ms, "
-                           "ITL/TPOT 200 ms at p90; starter alert thresholds attributed to the vllm-observability "
-                           "skill); pass your SLO for a real verdict")
+        out.caveats.append(f"no SLO given: latency is judged against default interactive targets (TTFT 3000 ms, "
+                           f"ITL/TPOT 200 ms at {label}; starter alert thresholds attributed to the "
+                           "vllm-observability skill); pass your SLO for a real verdict")
+    if out.warmup:
+        out.caveats.append(f"warm-up: {out.warmup}")
     if window is not None:
         if window.resets:
             out.caveats.append(f"counters went down during the window ({', '.join(sorted(window.resets))}): the "
@@ -336,10 +404,10 @@ def _notes(out: DiagnoseOutput, window: Window | None, flags: ServeFlags, slo_so
     if flags.enforce_eager:
         out.caveats.append("the server runs with --enforce-eager: no CUDA graphs, so graph-miss ITL spikes do not "
                            "apply")
-    for key in ("ttft", "itl", "tpot"):
+    for key in names.LATENCY_HISTOGRAMS:
         p = getattr(out.latency, key)
         if p is not None:
-            out.caveats.extend(c for c in p.caveats if "p90" in c or "observations" in c)
+            out.caveats.extend(p.caveats)
     if capacity.kv_usage_max is not None and out.view == "window" and capacity.gauge_samples <= 2:
         out.caveats.append("KV usage, running and waiting were read at the two ends only; peaks in between are "
                            "not seen")
@@ -362,15 +430,16 @@ async def diagnose_metrics(request: DiagnoseInput, *, policy: TargetPolicy | Non
 
 def diagnose_texts(texts: list[tuple[str, str]], *, window_s: float | None = None, log_text: str | None = None,
                    slo: SloTargets | None = None, serve_flags: ServeFlags | None = None,
-                   model: str | None = None) -> DiagnoseOutput:
+                   model: str | None = None, slo_percentile: Literal[50, 90, 95, 99] = 90,
+                   captured_window_s: float | None = None) -> DiagnoseOutput:
     """Offline convenience: diagnose saved scrapes (no network)."""
     request = DiagnoseInput(metrics=[MetricsText(name=n, text=t) for n, t in texts], window_s=window_s,
                             log_text=log_text, slo=slo or SloTargets(), serve_flags=serve_flags or ServeFlags(),
-                            model=model)
+                            model=model, slo_percentile=slo_percentile, captured_window_s=captured_window_s)
     got = _Collected()
     if log_text is not None:
         got.log = parse_log(log_text)
-    got.window = window_from_texts(texts, window_s)
+    got.window = window_from_texts(texts, window_s, captured_window_s)
     got.sources = [f"metrics text: {n}" for n, _ in texts]
     return analyse(got, request)
 

@@ -11,6 +11,7 @@ import anyio.to_thread
 import httpx
 
 from vllm_tune.tools.diagnose.snapshot import Snapshot, parse_snapshot
+from vllm_tune.tools.diagnose.timing import header_timestamp, resolve_window
 from vllm_tune.tools.diagnose.window import Window
 from vllm_tune.tools.errors import BadInputError, TargetError, VllmTuneError
 from vllm_tune.tools.net.http import fetch_text
@@ -68,21 +69,32 @@ async def scrape_window(client: httpx.Client, base_url: str, window_s: float, in
     return Window(after=last, before=first, seconds=last.timestamp - first.timestamp, samples=snaps, caveats=caveats)
 
 
-def window_from_texts(texts: list[tuple[str, str]], window_s: float | None) -> Window:
-    """One text: lifetime view. Two texts (earlier first): the delta between them."""
+def window_from_texts(texts: list[tuple[str, str]], window_s: float | None,
+                      captured_window_s: float | None = None) -> Window:
+    """One text: lifetime view. Two texts (earlier first): the delta between them.
+
+    The window comes from the scrapes' own timestamps (a capture header or exposition timestamps), else from
+    `captured_window_s` (what the recorder measured), else from `window_s`; a stated window that contradicts
+    the measured one is warned about and the measured one is used."""
     if not texts or len(texts) > 2:
         raise BadInputError("give one metrics text (lifetime view) or two (earlier first) for a window")
     snaps = [parse_snapshot(text, name) for name, text in texts]
+    for snap, (_, text) in zip(snaps, texts, strict=True):
+        stamp = header_timestamp(text)
+        if stamp is not None and snap.timestamp is None:
+            snap.timestamp = stamp
     if len(snaps) == 1:
         return Window(after=snaps[0], caveats=[
             f"one saved scrape ({texts[0][0]}): values are lifetime totals and averages since the server started, "
             "and gauges are a single instant; give two scrapes and --window for rates over a window"])
     before, after = snaps
     _check_order(before, after)
-    seconds = window_s
-    caveats: list[str] = []
-    if seconds is None and before.timestamp is not None and after.timestamp is not None:
-        seconds = after.timestamp - before.timestamp
+    measured, how = None, ""
+    if before.timestamp is not None and after.timestamp is not None:
+        measured, how = after.timestamp - before.timestamp, "the scrapes' own timestamps"
+    elif captured_window_s is not None:
+        measured, how = captured_window_s, "the window recorded with the captures"
+    seconds, caveats = resolve_window(window_s, measured, how)
     if seconds is None:
         caveats.append("no window length known (pass --window SECONDS): per-request statistics only, no rates")
     elif seconds <= 0:

@@ -52,6 +52,10 @@ _MAX_CAPTURE = re.compile(r"'max_cudagraph_capture_size': (?P<n>\d+|None)")
 _PREFIX_CFG = re.compile(r"enable_prefix_caching=(?P<on>True|False)")
 _TP_CFG = re.compile(r"tensor_parallel_size=(?P<tp>\d+)")
 _ACCESS = re.compile(r'"(?:GET|POST|PUT|DELETE) (?P<path>\S+) HTTP/[\d.]+" (?P<code>\d{3})')
+# Compilation or graph capture once the server serves: requests wait on one-time work (warm-up). Start-up
+# lines before "Application startup complete" are normal and do not count.
+_COMPILE = re.compile(r"torch\.compile takes [\d.]+ s|Compiling a graph for|Capturing CUDA graphs|"
+                      r"[Cc]ompil(?:ing|ed) (?:a |the )?(?:kernel|graph)s?\b")
 _ARG_PAIR = re.compile(r"'(?P<k>\w+)': (?P<v>-?\d+(?:\.\d+)?|True|False|None|'[^']*')")
 
 
@@ -99,6 +103,8 @@ class LogFacts:
     moe_default_config: list[MoeWarning] = field(default_factory=list)
     http_status: dict[str, int] = field(default_factory=dict)  # "2xx" -> count
     lines: int = 0
+    serving: bool = False  # the log reached "Application startup complete"
+    compile_lines_while_serving: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -195,6 +201,10 @@ def parse_log(text: str) -> LogFacts:
     facts = LogFacts()
     for line in text.splitlines():
         facts.lines += 1
+        if not facts.serving and "Application startup complete" in line:
+            facts.serving = True
+        elif facts.serving and _COMPILE.search(line) is not None and len(facts.compile_lines_while_serving) < 5:
+            facts.compile_lines_while_serving.append(line.strip()[:200])
         if "throughput:" in line and (m := _STATS.search(line)) is not None:
             facts.stats.append(_stats(m, line))
             continue

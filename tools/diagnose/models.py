@@ -7,23 +7,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from vllm_tune.tools.net.vllm_probe import ServedModel
+from vllm_tune.tools.slo import SloCheck as SloCheck
+from vllm_tune.tools.slo import SloTargets as SloTargets
 
 Severity = Literal["info", "warning", "critical"]
-SloState = Literal["met", "violated", "unknown"]
-
-
-class SloTargets(BaseModel):
-    """Latency targets in milliseconds, judged at p90 (each one optional)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    ttft_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="time to first token")
-    itl_ms: float | None = Field(default=None, gt=0, le=600_000, description="inter-token latency")
-    tpot_ms: float | None = Field(default=None, gt=0, le=600_000, description="time per output token (per request)")
-    e2el_ms: float | None = Field(default=None, gt=0, le=86_400_000, description="end-to-end request latency")
-
-    def given(self) -> bool:
-        return any(v is not None for v in (self.ttft_ms, self.itl_ms, self.tpot_ms, self.e2el_ms))
+PercentileKind = Literal["exact", "interpolated", "below_first_edge", "above_last_edge"]
 
 
 class ServeFlags(BaseModel):
@@ -39,16 +27,36 @@ class ServeFlags(BaseModel):
     enforce_eager: bool | None = None
 
 
+class Percentile(BaseModel):
+    """One percentile of a bucketed distribution: a point value only where the buckets support one, else a bound.
+
+    vLLM's histograms only say how many observations fell between two edges. Inside a bucket the value is
+    interpolated (PromQL's histogram_quantile); in the first bucket only `< first edge` is known, and in the +Inf
+    bucket only `> last edge`."""
+
+    q: float = Field(description="percentile, 0-100")
+    kind: PercentileKind
+    value_ms: float | None = Field(description="point estimate; null when only a bound is known")
+    lower_ms: float = Field(description="the value is above this bucket edge (0 for the first bucket)")
+    upper_ms: float | None = Field(description="the value is at most this bucket edge; null above the last edge")
+    text: str = Field(description="how to read it, e.g. '< 300 ms' or '45.1 ms (25-50 ms bucket)'")
+
+
 class Percentiles(BaseModel):
-    """One latency distribution over the window, in milliseconds, with its bucket-resolution caveats."""
+    """One latency distribution over the window, in milliseconds; the mean comes from _sum/_count."""
 
     count: int
     mean_ms: float | None
-    p50_ms: float | None
-    p90_ms: float | None
-    p99_ms: float | None
-    p90_bucket_ms: tuple[float, float] | None = Field(default=None, description="histogram bucket holding p90")
+    p50: Percentile | None = None
+    p90: Percentile | None = None
+    p95: Percentile | None = None
+    p99: Percentile | None = None
+    bucket_edges_ms: list[float] = Field(default_factory=list, description="the histogram's finite bucket edges")
     caveats: list[str] = Field(default_factory=list)
+
+    def at(self, q: float) -> Percentile | None:
+        found: Percentile | None = getattr(self, f"p{q:g}", None)
+        return found
 
 
 class Latency(BaseModel):
@@ -122,20 +130,15 @@ class Capacity(BaseModel):
     gauge_samples: int = 0
 
 
-class SloResult(BaseModel):
-    target_ms: float
-    observed_p90_ms: float | None
-    status: SloState
-    share_within_target: float | None = Field(default=None, description="fraction of requests at or below target")
-    note: str | None = None
-
-
 class EvidenceItem(BaseModel):
     signal: str
     value: float
     threshold: float
     op: str
-    holds: bool
+    holds: bool | None = Field(description="null: undecided (the value is only known to lie in a range that "
+                               "straddles the threshold)")
+    lower: float | None = Field(default=None, description="the value is known to lie above this")
+    upper: float | None = Field(default=None, description="and at most this (null: unbounded)")
     unit: str | None = None
     how: str | None = Field(default=None, description="where the value comes from")
 
@@ -161,6 +164,7 @@ class Finding(BaseModel):
     sources: list[str]
     evidence_level: str
     note: str | None = None
+    decided_by: list[str] = Field(default_factory=list, description="the targets and percentiles that decided it")
 
 
 class Abstention(BaseModel):
@@ -187,6 +191,9 @@ class ServerInfo(BaseModel):
 class SignalValue(BaseModel):
     value: float
     how: str
+    bounded: bool = Field(default=False, description="the value is only known to lie in [lower, upper]")
+    lower: float | None = None
+    upper: float | None = None
 
 
 class DiagnoseOutput(BaseModel):
@@ -197,8 +204,13 @@ class DiagnoseOutput(BaseModel):
     workload: Workload = Field(default_factory=Workload)
     latency: Latency = Field(default_factory=Latency)
     capacity: Capacity = Field(default_factory=Capacity)
-    slo: dict[str, SloResult] = Field(default_factory=dict)
+    slo: dict[str, SloCheck] = Field(default_factory=dict, description="each target given, judged at "
+                                     "slo_percentile from bucket bounds: met, violated or undecided")
     slo_source: Literal["user", "default"] = "default"
+    slo_percentile: float = 90.0
+    targets_used: dict[str, str] = Field(default_factory=dict, description="every latency target the rules "
+                                         "used and where it came from (your SLO or a default)")
+    warmup: str | None = Field(default=None, description="why the window looks like the server's warm-up")
     signals: dict[str, SignalValue] = Field(default_factory=dict)
     next_steps: list[NextStep] = Field(default_factory=list)
     caveats: list[str] = Field(default_factory=list)

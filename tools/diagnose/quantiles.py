@@ -111,3 +111,23 @@ def describe_resolution(name: str, qv: Quantile, scale: float = 1000.0, unit: st
         return (f"{name} {pct} lies in the {qv.lower * scale:g}-{qv.upper * scale:g} {unit} bucket; the value is "
                 "interpolated and may be off by up to the bucket width")
     return None
+
+
+def exposed_edges(hist: Histogram) -> list[float]:
+    """The finite bucket edges of a histogram (the server's --custom-histogram-buckets or vLLM's defaults)."""
+    return [b for b in hist.bounds if not math.isinf(b)]
+
+
+def percentile_bounds(q: float, hist: Histogram) -> tuple[Quantile, str] | None:
+    """The quantile with its kind: exact (one observation: the mean is the value), interpolated, below the
+    first edge (only an upper bound is known) or above the last finite edge (only a lower bound)."""
+    qv = histogram_quantile(q, hist)
+    if math.isnan(qv.value) or hist.total <= 0:
+        return None
+    if hist.total == 1 and hist.count == 1:
+        return qv, "exact"
+    if qv.in_overflow:
+        return qv, "above_last_edge"
+    if qv.lower <= 0 and hist.bounds and qv.upper == hist.bounds[0]:
+        return qv, "below_first_edge"
+    return qv, "interpolated"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from vllm_tune.tools.diagnose.models import DiagnoseOutput, Percentiles
+from vllm_tune.tools.diagnose.models import DiagnoseOutput, Percentile, Percentiles
+from vllm_tune.tools.slo import percentile_label
 
 
 def _num(value: float | None, unit: str = "", digits: int = 1) -> str:
@@ -11,10 +12,28 @@ def _num(value: float | None, unit: str = "", digits: int = 1) -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
-def _pct(p: Percentiles | None) -> str:
+def _one(p: Percentile | None) -> str:
+    if p is None:
+        return "?"
+    if p.kind == "below_first_edge":
+        return f"< {p.upper_ms:g}"
+    if p.kind == "above_last_edge":
+        return f"> {p.lower_ms:g}"
+    return _num(p.value_ms)
+
+
+def _pct(p: Percentiles | None, judged: float) -> str:
+    """p50 / p90 / p99 (and the SLO percentile if another); bounds where the buckets only give a bound."""
     if p is None:
         return "-"
-    return f"p50 {_num(p.p50_ms)} / p90 {_num(p.p90_ms)} / p99 {_num(p.p99_ms)} ms (n={p.count})"
+    qs = sorted({50.0, 90.0, 99.0, judged})
+    parts = " / ".join(f"p{q:g} {_one(p.at(q))}" for q in qs)
+    return f"{parts} ms, mean {_num(p.mean_ms)} ms (n={p.count})"
+
+
+def _at(out: DiagnoseOutput, key: str, q: float) -> Percentile | None:
+    dist: Percentiles | None = getattr(out.latency, key, None)
+    return dist.at(q) if dist is not None else None
 
 
 def render_report(out: DiagnoseOutput, *, max_caveats: int = 6) -> str:
@@ -25,6 +44,8 @@ def render_report(out: DiagnoseOutput, *, max_caveats: int = 6) -> str:
     span = f"{out.window_s:.1f} s window" if out.window_s else out.view
     lines.append(f"vllm-tune diagnose: {where}{ver}, {span}")
     lines.append(f"Verdict: {out.verdict}")
+    if out.warmup:
+        lines.append(f"Warm-up: {out.warmup}")
     w = out.workload
     if w.finished_requests is not None or w.running_mean is not None:
         lines.append(
@@ -36,11 +57,13 @@ def render_report(out: DiagnoseOutput, *, max_caveats: int = 6) -> str:
     for key in ("ttft", "itl", "tpot", "e2el", "queue"):
         p = getattr(lat, key)
         if p is not None:
-            lines.append(f"  {key.upper():<5} {_pct(p)}")
+            lines.append(f"  {key.upper():<5} {_pct(p, out.slo_percentile)}")
     if out.slo:
         src = "your SLO" if out.slo_source == "user" else "default targets"
-        parts = [f"{k} {r.status} (p90 {_num(r.observed_p90_ms)} vs {r.target_ms:g} ms)" for k, r in out.slo.items()]
-        lines.append(f"SLO ({src}): " + "; ".join(parts))
+        label = percentile_label(out.slo_percentile)
+        parts = [f"{k} {r.status} ({label} {_one(_at(out, k, r.percentile))} vs {r.target_ms:g} ms)"
+                 for k, r in out.slo.items()]
+        lines.append(f"SLO ({src}, judged at {label}): " + "; ".join(parts))
     c = out.capacity
     lines.append(f"Capacity: KV usage max {_num(None if c.kv_usage_max is None else c.kv_usage_max * 100, '%')}, "
                  f"preemptions {_num(c.preemptions, '', 0)}, max_num_seqs {c.max_num_seqs or '?'}, "
@@ -51,7 +74,7 @@ def render_report(out: DiagnoseOutput, *, max_caveats: int = 6) -> str:
     for i, f in enumerate(out.findings, 1):
         lines.append(f"  {i}. [{f.severity}] {f.title} ({f.id}, {f.confidence} confidence)")
         for ev in f.evidence:
-            mark = "" if ev.holds else " (not met)"
+            mark = "" if ev.holds else " (undecided: bucket straddles it)" if ev.holds is None else " (not met)"
             lines.append(f"     - {ev.signal} = {ev.value:g} {ev.op} {ev.threshold:g}{mark}" +
                          (f"  [{ev.how}]" if ev.how else ""))
         for a in f.actions[:3]:

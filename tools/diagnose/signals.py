@@ -14,12 +14,20 @@ import math
 from dataclasses import dataclass, field
 
 from vllm_tune.tools.diagnose.logs import LogFacts, stats_seconds
-from vllm_tune.tools.diagnose.models import Capacity, Latency, ServeFlags, SignalValue, SloTargets, Workload
+from vllm_tune.tools.diagnose.models import (
+    Capacity,
+    Latency,
+    Percentile,
+    ServeFlags,
+    SignalValue,
+    SloTargets,
+    Workload,
+)
 from vllm_tune.tools.diagnose.quantiles import histogram_quantile
 from vllm_tune.tools.diagnose.snapshot import Histogram
 from vllm_tune.tools.diagnose.window import Window
 
-DEFAULT_TARGETS_MS = SloTargets(ttft_ms=3000.0, itl_ms=200.0, tpot_ms=200.0)
+DEFAULT_TARGETS_MS = SloTargets(ttft=3000.0, itl=200.0, tpot=200.0)
 MIN_LATENCY_OBSERVATIONS = 3
 # Below this many finished requests, rates and shares are too noisy to name a bottleneck from.
 MIN_REQUESTS_FOR_DIAGNOSIS = 3
@@ -27,12 +35,16 @@ MIN_REQUESTS_FOR_DIAGNOSIS = 3
 SIGNAL_DOCS: dict[str, str] = {
     "finished_requests": "requests that finished in the window",
     "window_seconds": "length of the observed window",
-    "ttft_p90_over_target": "p90 time to first token / TTFT target",
-    "itl_p90_over_target": "p90 inter-token latency / ITL target",
-    "tpot_p90_over_target": "p90 time per output token / TPOT target",
-    "e2el_p90_over_target": "p90 end-to-end latency / E2E target",
+    "ttft_over_target": "time to first token at the SLO percentile / TTFT target",
+    "itl_over_target": "inter-token latency at the SLO percentile / ITL target",
+    "tpot_over_target": "time per output token at the SLO percentile / TPOT target",
+    "e2el_over_target": "end-to-end latency at the SLO percentile / E2EL target",
+    "decode_over_target": "the larger of TPOT and ITL over their targets (those in your SLO, else the defaults)",
+    "queue_share_of_e2el": "mean queue time / mean end-to-end latency",
+    "decode_share_of_e2el": "mean decode time / mean end-to-end latency",
     "itl_p99_over_p50": "tail-to-median ratio of inter-token latency",
-    "queue_time_share_of_ttft": "mean queue time / mean TTFT (how much of TTFT is waiting for admission)",
+    "queue_time_share_of_ttft": "mean queue time / (queue + prefill time) of finished requests: how much of TTFT "
+                                "is waiting for admission",
     "waiting_mean": "time-averaged requests waiting (all engines)",
     "running_mean": "time-averaged requests running (all engines)",
     "queue_growth_per_s": "slope of the waiting count over the window",
@@ -62,14 +74,48 @@ SIGNAL_DOCS: dict[str, str] = {
 }
 
 
+# The direction in which each signal indicates a problem. A rule condition that holds in this direction is
+# evidence of trouble; one that holds the other way (TTFT on time, nothing queued) only tells causes apart, and
+# alone never justifies reporting an abstention or a finding whose deciding latency is undecided.
+PROBLEM_WHEN: dict[str, str] = {
+    "ttft_over_target": "high", "itl_over_target": "high", "tpot_over_target": "high", "e2el_over_target": "high",
+    "decode_over_target": "high", "itl_p99_over_p50": "high", "queue_time_share_of_ttft": "high",
+    "queue_share_of_e2el": "high",
+    "waiting_mean": "high", "queue_growth_per_s": "high", "running_max_over_capture": "high",
+    "preemptions_per_s": "high", "preemptions_per_request": "high", "kv_usage_max": "high", "kv_usage_mean": "high",
+    "kv_fit_over_max_num_seqs": "low", "prefill_steps_p90": "high", "iteration_tokens_p90_over_budget": "high",
+    "prefix_caching_enabled": "low", "prefix_hit_rate_drop": "high", "abort_fraction": "high",
+    "error_fraction": "high", "http_client_error_fraction": "high", "admission_rejections_per_s": "high",
+    "legacy_metric_names": "high", "v0_metric_names": "high", "moe_default_config_warnings": "high",
+    "deferred_share_of_waiting": "high",
+}
+
+
+def indicates_problem(signal: str, op: str) -> bool:
+    """Whether a condition `signal op threshold` that holds is evidence of a problem."""
+    direction = PROBLEM_WHEN.get(signal)
+    if direction == "high":
+        return op in (">", ">=")
+    if direction == "low":
+        return op in ("<", "<=", "==")
+    return False
+
+
 @dataclass
 class SignalSet:
     values: dict[str, SignalValue] = field(default_factory=dict)
 
-    def put(self, name: str, value: float | None, how: str) -> None:
+    def put(self, name: str, value: float | None, how: str, *,
+            bounds: tuple[float, float | None] | None = None) -> None:
+        """`bounds`: the value is only known to lie in (lower, upper] (upper None: unbounded)."""
         if value is None or math.isnan(value) or math.isinf(value):
             return
-        self.values[name] = SignalValue(value=round(value, 6), how=how)
+        if bounds is None:
+            self.values[name] = SignalValue(value=round(value, 6), how=how)
+        else:
+            lo, hi = bounds
+            self.values[name] = SignalValue(value=round(value, 6), how=how, bounded=True, lower=round(lo, 6),
+                                            upper=None if hi is None else round(hi, 6))
 
     def get(self, name: str) -> float | None:
         sv = self.values.get(name)
@@ -87,30 +133,77 @@ class Inputs:
     flags: ServeFlags
     targets: SloTargets
     engines: int = 1
+    slo_percentile: float = 90.0
+    target_sources: dict[str, str] = field(default_factory=dict)  # metric -> "your SLO" | "default"
 
 
-def _ratio_to_target(s: SignalSet, name: str, p90_ms: float | None, count: int, target: float | None,
-                     what: str) -> None:
-    if p90_ms is None or target is None or count < MIN_LATENCY_OBSERVATIONS:
-        return
-    s.put(name, p90_ms / target, f"{what} p90 {p90_ms:.1f} ms / target {target:g} ms")
+def _ratio(p: Percentile, target: float) -> tuple[float, tuple[float, float | None] | None]:
+    """The percentile over the target: a point where the bucket gives one, and the bucket's bounds whenever the
+    value is not exact (an interpolated value inside a bucket is not evidence beyond that bucket)."""
+    if p.kind == "exact" and p.value_ms is not None:
+        return p.value_ms / target, None
+    hi = None if p.upper_ms is None else p.upper_ms / target
+    point = p.value_ms if p.value_ms is not None else (p.upper_ms if p.upper_ms is not None else p.lower_ms)
+    return point / target, (p.lower_ms / target, hi)
+
+
+def _latency_ratio(x: Inputs, key: str) -> tuple[float, tuple[float, float | None] | None, str] | None:
+    dist = getattr(x.latency, key)
+    target = x.targets.get(key)  # type: ignore[arg-type]
+    if dist is None or target is None or dist.count < MIN_LATENCY_OBSERVATIONS:
+        return None
+    p = dist.at(x.slo_percentile)
+    if p is None:
+        return None
+    value, bounds = _ratio(p, target)
+    source = x.target_sources.get(key, "default")
+    return value, bounds, f"{key.upper()} p{x.slo_percentile:g} {p.text} / {source} target {target:g} ms"
 
 
 def _latency_signals(s: SignalSet, x: Inputs) -> None:
-    lat, t = x.latency, x.targets
-    for key, target in (("ttft", t.ttft_ms), ("itl", t.itl_ms), ("tpot", t.tpot_ms), ("e2el", t.e2el_ms)):
-        p = getattr(lat, key)
-        if p is not None:
-            _ratio_to_target(s, f"{key}_p90_over_target", p.p90_ms, p.count, target, key.upper())
+    ratios: dict[str, tuple[float, tuple[float, float | None] | None, str]] = {}
+    for key in ("ttft", "itl", "tpot", "e2el"):
+        r = _latency_ratio(x, key)
+        if r is not None:
+            ratios[key] = r
+            s.put(f"{key}_over_target", r[0], r[2], bounds=r[1])
+    decode = [k for k in ("tpot", "itl") if k in ratios]
+    chosen = [k for k in decode if x.target_sources.get(k) == "your SLO"] or decode
+    if chosen:
+        lo = max((ratios[k][1] or (ratios[k][0], ratios[k][0]))[0] for k in chosen)
+        his = [(ratios[k][1] or (ratios[k][0], ratios[k][0]))[1] for k in chosen]
+        hi = None if any(h is None for h in his) else max(h for h in his if h is not None)
+        worst = max(chosen, key=lambda k: ratios[k][0])
+        exact = all(ratios[k][1] is None for k in chosen)
+        s.put("decode_over_target", ratios[worst][0], " and ".join(ratios[k][2] for k in chosen),
+              bounds=None if exact else (lo, hi))
     itl = x.hists.get("itl")
     if itl is not None and itl.total >= 20:
-        p50, p99 = histogram_quantile(0.5, itl).value, histogram_quantile(0.99, itl).value
-        if p50 > 0:
-            s.put("itl_p99_over_p50", p99 / p50, f"ITL p99 {p99 * 1e3:.1f} ms / p50 {p50 * 1e3:.1f} ms")
-    ttft, queue = x.hists.get("ttft"), x.hists.get("queue")
-    if ttft is not None and queue is not None and ttft.count >= MIN_LATENCY_OBSERVATIONS and ttft.sum > 0:
+        p50, p99 = histogram_quantile(0.5, itl), histogram_quantile(0.99, itl)
+        # A ratio of two values one of which is only a bound is no ratio at all.
+        if p50.value > 0 and p50.lower > 0 and not p99.in_overflow:
+            s.put("itl_p99_over_p50", p99.value / p50.value,
+                  f"ITL p99 {p99.value * 1e3:.1f} ms / p50 {p50.value * 1e3:.1f} ms")
+    ttft, queue, prefill = x.hists.get("ttft"), x.hists.get("queue"), x.hists.get("prefill")
+    if queue is not None and prefill is not None and queue.count >= MIN_LATENCY_OBSERVATIONS and \
+            queue.count == prefill.count and queue.sum + prefill.sum > 0:
+        # vLLM records queue and prefill time when a request finishes, TTFT at its first token: in a window the
+        # two are different requests (under a growing queue the later ones waited longest). Queue + prefill of
+        # the same finished requests is their TTFT, so the share is taken over one population.
+        s.put("queue_time_share_of_ttft", queue.sum / (queue.sum + prefill.sum),
+              "mean queue time / (queue + prefill time) of the requests finished in the window")
+    elif ttft is not None and queue is not None and ttft.count >= MIN_LATENCY_OBSERVATIONS and ttft.sum > 0:
         s.put("queue_time_share_of_ttft", min(1.0, (queue.sum / max(queue.count, 1)) / (ttft.sum / ttft.count)),
               "mean queue time / mean TTFT of requests finished in the window")
+    e2e, decode_h = x.hists.get("e2el"), x.hists.get("decode")
+    if e2e is not None and e2e.count >= MIN_LATENCY_OBSERVATIONS and e2e.sum > 0:
+        mean_e2e = e2e.sum / e2e.count
+        if queue is not None and queue.count > 0:
+            s.put("queue_share_of_e2el", min(1.0, queue.sum / queue.count / mean_e2e),
+                  "mean queue time / mean E2E latency (_sum/_count)")
+        if decode_h is not None and decode_h.count > 0:
+            s.put("decode_share_of_e2el", min(1.0, decode_h.sum / decode_h.count / mean_e2e),
+                  "mean decode time / mean E2E latency (_sum/_count)")
 
 
 def _concurrency_signals(s: SignalSet, x: Inputs) -> None:

@@ -1,0 +1,100 @@
+"""`vllm-tune diagnose URL --watch` as a real subprocess against a real vLLM 0.32 CPU server driven from idle
+into overload, and stopped early with SIGINT and SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from support import load
+from support.vllm_server import VllmFactory, VllmServer
+
+pytestmark = pytest.mark.integration
+TICK = re.compile(r"^\[\+\s*(\d+\.\d)s\] (\S+(?: \S+)?) \| TTFT p90 .+ \| ITL p90 .+ \| running \S+ waiting \S+ \| "
+                  r"KV \S+% \| preempt \S+/s \| \S+ done")
+
+
+def _watch(server: VllmServer, *args: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_TUNE_ALLOWED_TARGETS"}
+    return subprocess.Popen([sys.executable, "-m", "vllm_tune.cli", "diagnose", server.url, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+
+
+def _overload_server(factory: VllmFactory) -> VllmServer:
+    server = factory(list(load.overload.server_args))
+    warm = load.drive(server.url, server.model, requests=1, max_tokens=4)
+    assert warm.completed == 1, warm.errors
+    return server
+
+
+def test_watch_sees_idle_turn_into_overload(vllm_server_factory: VllmFactory) -> None:
+    server = _overload_server(vllm_server_factory)
+    proc = _watch(server, "--watch", "2", "--duration", "12", "--max-num-seqs", "2")
+    results: list[load.LoadResult] = []
+
+    def overload() -> None:
+        time.sleep(3.5)  # the first intervals see the idle server
+        # 120 requests on 2 slots: the queue outlasts the watch, and short outputs keep several requests
+        # finishing in every 6 s window even on a slow machine, so the windows have enough to judge
+        results.append(load.drive(server.url, server.model, requests=120, max_tokens=128, concurrency=120,
+                                  time_limit_s=240))
+
+    worker = threading.Thread(target=overload, daemon=True)
+    worker.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    worker.join(timeout=240)
+    assert proc.returncode == 0, stderr
+    assert results and results[0].failed == 0, results
+    lines = stdout.splitlines()
+    ticks = [m for line in lines if (m := TICK.match(line))]
+    assert 5 <= len(ticks) <= 7, stdout  # one line per 2 s interval over 12 s
+    verdicts = [m.group(2) for m in ticks]
+    assert verdicts[0] == "idle", stdout
+    assert "critical triage.ttft-high-queue-growing" in verdicts, stdout
+    change = next(i for i, line in enumerate(lines) if line.startswith("== verdict changed at"))
+    assert "idle -> " in lines[change]
+    assert lines[change + 1].startswith("vllm-tune diagnose: ") and lines[change + 2].startswith("Verdict: ")
+    assert any(line.startswith("== verdict changed at") and line.endswith("-> triage.ttft-high-queue-growing ==")
+               for line in lines), stdout
+    assert f"== watch summary: {len(ticks)} interval(s)" in stdout and "duration reached" in stdout
+    assert "== the whole watch as one window ==" in stdout
+
+
+@pytest.mark.parametrize("sig, words", [(signal.SIGINT, "interrupted (Ctrl-C)"),
+                                        (signal.SIGTERM, "stopped by a signal")])
+def test_a_signal_ends_the_watch_with_its_summary(vllm_server_factory: VllmFactory, sig: signal.Signals,
+                                                  words: str) -> None:
+    server = _overload_server(vllm_server_factory)
+    proc = _watch(server, "--watch", "1", "--duration", "120")
+    assert proc.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    while len([s for s in seen if TICK.match(s)]) < 2 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line.rstrip("\n"))
+    assert len([s for s in seen if TICK.match(s)]) == 2, seen
+    started = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        rest, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert time.monotonic() - started < 20  # long before --duration
+    assert proc.returncode == 0, stderr
+    assert re.search(rf"== watch summary: [23] interval\(s\) over \d+\.\d s, {re.escape(words)}", rest), rest
+    assert "idle" in rest and "== the whole watch as one window ==" in rest
+    assert "Traceback" not in stderr
