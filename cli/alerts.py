@@ -16,7 +16,8 @@ def register(sub: Any) -> None:
         description="Turn the knowledge base's triage rules and starter alert thresholds into Prometheus alerting "
                     "rules (each annotated with its knowledge id and runbook), or write a Grafana dashboard of the "
                     "same series, using the metric names of the given vLLM version. Nothing is contacted.")
-    p.add_argument("--format", choices=("prometheus-rules", "grafana"), default="prometheus-rules")
+    p.add_argument("--format", choices=("prometheus-rules", "grafana"), default="prometheus-rules",
+                   help="alerting rules for Prometheus, or a Grafana dashboard")
     p.add_argument("--selector", metavar="MATCHERS", help='label matchers added to every series, e.g. '
                    'job="vllm",namespace="prod"')
     p.add_argument("--vllm-version", metavar="V", help="metric names and rules of this vLLM release (default: the "
@@ -31,8 +32,8 @@ def register(sub: Any) -> None:
     p.add_argument("--slo-percentile", default="p90", metavar="P", help="percentile the targets are judged at "
                    "(p90, p95, p99; default p90)")
     p.add_argument("--max-num-seqs", type=int, help="enables the rules that compare running with the limit")
-    p.add_argument("--max-num-batched-tokens", type=int)
-    p.add_argument("--max-cudagraph-capture-size", type=int)
+    p.add_argument("--max-num-batched-tokens", type=int, help="the server's --max-num-batched-tokens")
+    p.add_argument("--max-cudagraph-capture-size", type=int, help="the server's --max-cudagraph-capture-size")
     p.add_argument("--out", metavar="FILE", help="write here instead of stdout")
     p.add_argument("--json", action="store_true", help="print the output model (rules, skipped, text) as JSON")
     p.set_defaults(handler=_alerts)

@@ -35,10 +35,10 @@ def register(sub: Any) -> None:
                    "ttft:500 tpot:50")
     p.add_argument("--slo-percentile", default="p90", metavar="P",
                    help="percentile the targets are judged at: p50, p90 (default), p95 or p99")
-    p.add_argument("--max-num-seqs", type=int)
-    p.add_argument("--max-num-batched-tokens", type=int)
-    p.add_argument("--max-cudagraph-capture-size", type=int)
-    p.add_argument("--tensor-parallel-size", type=int)
+    p.add_argument("--max-num-seqs", type=int, help="the server's --max-num-seqs (metrics do not export it)")
+    p.add_argument("--max-num-batched-tokens", type=int, help="the server's --max-num-batched-tokens")
+    p.add_argument("--max-cudagraph-capture-size", type=int, help="the server's --max-cudagraph-capture-size")
+    p.add_argument("--tensor-parallel-size", type=int, help="the server's --tensor-parallel-size")
     p.add_argument("--model", help="only this served model (model_name label)")
     p.add_argument("--json", action="store_true", help="print the full output model as JSON")
     from vllm_tune.cli.diagnose_watch import DURATION_HELP, WATCH_HELP
@@ -55,32 +55,9 @@ def _read(path: str, what: str) -> str:
     return read_text(path, limit=MAX_FILE_BYTES, what=what, errors="replace")
 
 
-def _captured_window(files: list[str]) -> float | None:
-    """The window `vllm-tune capture` (or the sample recorder) measured, from the capture.json beside the two
-    files, when the files are the ones it names."""
-    import json
-
-    if len(files) != 2:
-        return None
-    paths = [Path(f).resolve() for f in files]
-    meta_path = paths[0].parent / "capture.json"
-    if paths[1].parent != paths[0].parent or not meta_path.is_file():
-        return None
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(meta, dict):
-        return None
-    named = meta.get("files") or {"before": "before.prom", "after": "after.prom"}
-    window = meta.get("window_s")
-    if not isinstance(named, dict) or [p.name for p in paths] != [named.get("before"), named.get("after")]:
-        return None
-    return float(window) if isinstance(window, int | float) and window > 0 else None
-
-
 def _input(args: argparse.Namespace) -> Any:
     from vllm_tune.tools.diagnose.api import DiagnoseInput, MetricsText
+    from vllm_tune.tools.diagnose.capture import captured_window
     from vllm_tune.tools.diagnose.models import ServeFlags
     from vllm_tune.tools.errors import BadInputError
 
@@ -102,7 +79,7 @@ def _input(args: argparse.Namespace) -> Any:
         metrics=metrics, log_text=_read(args.log_file, "log file") if args.log_file else None,
         window_s=args.window, sample_interval_s=args.interval, slo=slo,
         slo_percentile=int(percentile),
-        captured_window_s=_captured_window(args.metrics_file),
+        captured_window_s=captured_window(args.metrics_file),
         serve_flags=ServeFlags(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                                max_cudagraph_capture_size=args.max_cudagraph_capture_size,
                                tensor_parallel_size=args.tensor_parallel_size),

@@ -19,19 +19,10 @@ _ANNOTATIONS = ToolAnnotations(read_only_hint=True, destructive_hint=False, idem
                                open_world_hint=True)
 
 DESCRIPTION = (
-    "Explain why a running vLLM deployment is slow. Scrapes the server's /metrics over a window (default 10 s, "
-    "reporting progress), or reads a Prometheus range, saved /metrics texts and/or the server log; computes the "
-    "workload (request rate, prompt/output lengths, concurrency via gauges or Little's law), latency percentiles "
-    "(TTFT, ITL, TPOT, E2E, queue, prefill, decode; a bound such as '< 300 ms' where a histogram bucket only "
-    "gives a bound, with the mean from _sum/_count), capacity (KV usage, "
-    "preemptions, queue growth, running vs max_num_seqs) and named signals, then evaluates the knowledge base's "
-    "triage rules. Returns a verdict, ranked findings (each id is a triage knowledge entry; evidence values with "
-    "thresholds; actions citing knowledge ids; a note when a rule rests on an attributed claim), SLO status, "
-    "abstentions when the data do not decide, caveats, and next steps (e.g. run_benchmark with the observed "
-    "lengths and concurrency, tune_moe, recommend_parallelism). Pass slo {ttft, itl, tpot, e2el} in ms and "
-    "slo_percentile (50/90/95/99, default 90) for a real SLO verdict (met, violated, or undecided when the bucket "
-    "holding the percentile reaches the target), and serve_flags.max_num_seqs when known. Warm-up windows and a "
-    "window_s that contradicts the captures are reported. Only loopback and VLLM_TUNE_ALLOWED_TARGETS are reachable."
+    "Why is a running vLLM deployment slow? Reads /metrics over a window (live url), a Prometheus range, saved "
+    "captures (metrics_files, log_file, or inline text) and names the bottleneck from the knowledge base's "
+    "triage rules, with evidence, actions and knowledge ids. Percentiles a histogram only bounds read as "
+    "bounds; slo {ttft, itl, tpot, e2el} in ms at slo_percentile gives met, violated or undecided."
 )
 
 

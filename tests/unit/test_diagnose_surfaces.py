@@ -143,3 +143,28 @@ async def test_scrape_window_keeps_what_it_measured_when_a_scrape_fails() -> Non
     assert window.counter("request_success") == 40.0  # first and last good scrapes
     assert any("failed" in c for c in window.caveats)
     assert seen and seen[-1][1] == 0.6
+
+
+@pytest.mark.anyio
+async def test_mcp_diagnoses_saved_capture_files_under_the_roots(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from mcp import Client
+
+    from vllm_tune.server.app import build_server
+
+    samples = Path(__file__).resolve().parents[2] / "knowledge" / "samples" / "overload"
+    inside = tmp_path / "captures"
+    shutil.copytree(samples, inside)
+    monkeypatch.setenv("VLLM_TUNE_FILE_ROOTS", str(inside))
+    async with Client(build_server()) as client:
+        out = await client.call_tool("diagnose_metrics", {
+            "metrics_files": [str(inside / "before.prom"), str(inside / "after.prom")],
+            "log_file": str(inside / "server.log")})
+        assert not out.is_error, out.content
+        data = out.structured_content or {}
+        assert data["window_s"] == pytest.approx(21.39)  # from capture.json beside the files
+        assert any(f["id"].startswith("triage.") for f in data["findings"])
+        refused = await client.call_tool("diagnose_metrics", {"metrics_files": [str(samples / "before.prom")]})
+        assert refused.is_error and "not under the allowed file roots" in str(refused.content)

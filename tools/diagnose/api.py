@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -71,6 +72,9 @@ class DiagnoseInput(BaseModel):
     metrics: list[MetricsText] = Field(default=[], max_length=2, description="saved /metrics texts: one "
                                        "(lifetime view) or two, earlier first (a window)")
     log_text: str | None = Field(default=None, description="vLLM server log text (stats lines, start-up lines)")
+    metrics_files: list[str] = Field(default=[], max_length=2, description="saved /metrics files (paths): one, or "
+                                     "two earlier first; capture.json beside them gives the window")
+    log_file: str | None = Field(default=None, description="vLLM server log file (path)")
     window_s: float | None = Field(default=None, ge=0, le=86_400, description="window length in seconds: live "
                                    "scrape window (default 10), Prometheus range (default 300) or the time between "
                                    "two saved scrapes")
@@ -88,8 +92,11 @@ class DiagnoseInput(BaseModel):
 
     @model_validator(mode="after")
     def _has_input(self) -> DiagnoseInput:
-        if not (self.url or self.prometheus_url or self.metrics or self.log_text):
-            raise ValueError("give at least one of: url, prometheus_url, metrics, log_text")
+        if not (self.url or self.prometheus_url or self.metrics or self.log_text or self.metrics_files
+                or self.log_file):
+            raise ValueError("give at least one of: url, prometheus_url, metrics, metrics_files, log_text, log_file")
+        if self.metrics and self.metrics_files:
+            raise ValueError("give saved scrapes either as metrics (text) or as metrics_files (paths), not both")
         if self.log_text is not None and len(self.log_text) > MAX_LOG_BYTES:
             raise ValueError("log_text is larger than 64 MiB")
         return self
@@ -424,8 +431,32 @@ async def diagnose_metrics(request: DiagnoseInput, *, policy: TargetPolicy | Non
                            progress: Progress | None = None) -> DiagnoseOutput:
     """Diagnose a vLLM deployment from what the request names; network targets must pass `policy`
     (default: the VLLM_TUNE_ALLOWED_TARGETS allowlist plus loopback)."""
+    request = with_saved_files(request)
     got = await _collect(request, policy or TargetPolicy.from_env(), progress)
     return analyse(got, request)
+
+
+SAVED_FILE_LIMIT = 64 * 1024 * 1024
+
+
+def with_saved_files(request: DiagnoseInput) -> DiagnoseInput:
+    """metrics_files and log_file read into texts, capped while reading and, over MCP, only under the file
+    roots; the window of a `vllm-tune capture` pair comes from its capture.json."""
+    if not (request.metrics_files or request.log_file):
+        return request
+    from vllm_tune.tools.diagnose.capture import captured_window
+    from vllm_tune.tools.files import read_text
+
+    update: dict[str, object] = {"metrics_files": [], "log_file": None}
+    if request.metrics_files:
+        update["metrics"] = [MetricsText(name=Path(f).name, text=read_text(f, limit=SAVED_FILE_LIMIT,
+                                                                           what="metrics file", errors="replace"))
+                             for f in request.metrics_files]
+        if request.captured_window_s is None:
+            update["captured_window_s"] = captured_window(list(request.metrics_files))
+    if request.log_file:
+        update["log_text"] = read_text(request.log_file, limit=SAVED_FILE_LIMIT, what="log file", errors="replace")
+    return request.model_copy(update=update)
 
 
 def diagnose_texts(texts: list[tuple[str, str]], *, window_s: float | None = None, log_text: str | None = None,

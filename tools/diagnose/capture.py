@@ -73,3 +73,25 @@ async def capture(url: str, window_s: float, out_dir: Path, *, policy: TargetPol
     except OSError as exc:
         raise BadInputError(f"cannot write into {out_dir}: {exc.strerror or exc}") from None
     return result
+
+
+def captured_window(files: list[str]) -> float | None:
+    """The window `vllm-tune capture` (or the sample recorder) measured, from the capture.json beside the two
+    files, when the files are the ones it names."""
+    if len(files) != 2:
+        return None
+    paths = [Path(f).resolve() for f in files]
+    meta_path = paths[0].parent / "capture.json"
+    if paths[1].parent != paths[0].parent or not meta_path.is_file():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    named = meta.get("files") or {"before": "before.prom", "after": "after.prom"}
+    window = meta.get("window_s")
+    if not isinstance(named, dict) or [p.name for p in paths] != [named.get("before"), named.get("after")]:
+        return None
+    return float(window) if isinstance(window, int | float) and window > 0 else None
