@@ -23,7 +23,8 @@ BASE = "vllm serve org/m --max-num-seqs 8 --max-num-batched-tokens 2048"
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[StreamServer, StreamServer]]:
-    with start_stream_server(30.0, 3.0) as slow, start_stream_server(10.0, 3.0) as fast:
+    # 200 ms against 10 ms to first token: a gap no busy machine closes, so the verdicts cannot flip.
+    with start_stream_server(200.0, 3.0) as slow, start_stream_server(10.0, 3.0) as fast:
         yield slow, fast
 
 
@@ -67,7 +68,7 @@ async def test_a_faster_trial_becomes_the_best_and_the_report_names_it(
                                     save_result=str(tmp_path)))
     one = state.trial(one.id)
     assert one.verdict == "better" and state.best == one.id
-    assert one.objective is not None and base.objective is not None and one.objective < base.objective - 10
+    assert one.objective is not None and base.objective is not None and one.objective < base.objective - 100
 
     state = tune_next(ref)  # derived from the new best
     two = state.trials[-1]

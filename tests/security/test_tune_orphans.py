@@ -95,9 +95,13 @@ def _gone_within(pgid: int, timeout_s: float) -> list[int]:
 
 
 def _port_free(port: int) -> bool:
+    """A new server could listen there: bound as servers bind (SO_REUSEADDR, as uvicorn does), so connections
+    of the killed server still in TIME_WAIT do not count, while a live listener still does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
+            s.listen()
         except OSError:
             return False
     return True
