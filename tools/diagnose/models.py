@@ -19,12 +19,14 @@ class ServeFlags(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_num_seqs: int | None = Field(default=None, ge=1, le=1_000_000)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=100_000_000)
-    max_model_len: int | None = Field(default=None, ge=1, le=100_000_000)
-    tensor_parallel_size: int | None = Field(default=None, ge=1, le=4096)
-    max_cudagraph_capture_size: int | None = Field(default=None, ge=0, le=1_000_000)
-    enforce_eager: bool | None = None
+    max_num_seqs: int | None = Field(default=None, ge=1, le=1_000_000, description="--max-num-seqs")
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=100_000_000,
+                                               description="--max-num-batched-tokens")
+    max_model_len: int | None = Field(default=None, ge=1, le=100_000_000, description="--max-model-len")
+    tensor_parallel_size: int | None = Field(default=None, ge=1, le=4096, description="--tensor-parallel-size")
+    max_cudagraph_capture_size: int | None = Field(default=None, ge=0, le=1_000_000,
+                                                   description="--max-cudagraph-capture-size")
+    enforce_eager: bool | None = Field(default=None, description="--enforce-eager")
 
 
 class Percentile(BaseModel):
