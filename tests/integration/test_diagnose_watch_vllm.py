@@ -22,9 +22,15 @@ TICK = re.compile(r"^\[\+\s*(\d+\.\d)s\] (\S+(?: \S+)?) \| TTFT p90 .+ \| ITL p9
 
 def _watch(server: VllmServer, *args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "VLLM_TUNE_ALLOWED_TARGETS"}
+    # Started as a terminal would start it: a suite run as a background job inherits SIGINT ignored (POSIX
+    # shells ignore it for `&` jobs), and Python then keeps ignoring Ctrl-C.
     return subprocess.Popen([sys.executable, "-m", "vllm_tune.cli", "diagnose", server.url, *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _overload_server(factory: VllmFactory) -> VllmServer:

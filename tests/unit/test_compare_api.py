@@ -431,3 +431,11 @@ def test_flags_recorded_for_one_run_only_are_unknown_not_different(tmp_path: Pat
     unknown = next(c for c in out.comparisons[0].checks if c.id == "server.flags-unknown")
     assert unknown.severity == "info" and "enable-prefix-caching" in unknown.message
     assert "None" not in render_text(out)
+
+
+def test_descriptive_fields_of_another_type_do_not_break_a_comparison(tmp_path: Path) -> None:
+    # Found by tests/security/test_fuzz_compare.py: a result whose "date" is a list.
+    a = write(tmp_path, "a.json", make_result())
+    b = write(tmp_path, "b.json", make_result(date=[], label={"x": 1}))
+    out = compare(a, b)
+    assert out.runs[1].date is None and out.runs[1].label is None

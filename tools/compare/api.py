@@ -199,15 +199,20 @@ def _summary(index: int, base_index: int, overall: Overall, checks: list[Check],
     return head + (": " + "; ".join(parts) if parts else "")
 
 
+def _text(value: object) -> str | None:
+    """A descriptive field of a result file as text; anything else (a list, an object) is not one."""
+    return str(value) if isinstance(value, str | int | float) and not isinstance(value, bool) else None
+
+
 def _run_info(index: int, run: LoadedRun) -> RunInfo:
     tag = run.data.get("vllm_tune")
     per = [name for name, values in (("ttft", run.ttfts), ("e2el", run.e2els), ("tpot", run.tpots)) if values]
     capacity = run.format == "vllm-tune-capacity"
     return RunInfo(index=index, ref=run.ref, path=str(run.path), format=run.format, detailed=run.detailed,
-                   run_id=tag.get("run_id") if isinstance(tag, dict) else None,
-                   label=run.data.get("label"), date=run.data.get("date"),
-                   model=run.provenance.get("model") or run.data.get("model_id"),
-                   server_version=run.provenance.get("server_version"),
+                   run_id=_text(tag.get("run_id")) if isinstance(tag, dict) else None,
+                   label=_text(run.data.get("label")), date=_text(run.data.get("date")),
+                   model=_text(run.provenance.get("model")) or _text(run.data.get("model_id")),
+                   server_version=_text(run.provenance.get("server_version")),
                    completed=None if capacity else run.completed, failed=None if capacity else run.failed,
                    per_request=per, notes=run.notes)
 
