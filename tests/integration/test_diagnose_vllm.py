@@ -126,10 +126,15 @@ def paced_overload_window(server: VllmServer, round_s: float, min_window_s: floa
 def test_overload_top_finding_is_capacity_bound(vllm_server_factory: VllmFactory) -> None:
     server = vllm_server_factory(list(load.overload.server_args))
     warm(server)
-    round_s = one_round_s(server)
-    state = sized_overload(round_s, seats=2)
-    out = during(lambda: load.drive_state(server.url, server.model, state), 0.0,
-                 lambda: paced_overload_window(server, round_s, serve_flags={"max_num_seqs": 2}))
+    for _attempt in range(2):
+        round_s = one_round_s(server)
+        state = sized_overload(round_s, seats=2)
+        out = during(lambda: load.drive_state(server.url, server.model, state), 0.0,  # noqa: B023
+                     lambda: paced_overload_window(server, round_s, serve_flags={"max_num_seqs": 2}))  # noqa: B023
+        # The state this test needs is load inside the window; when the machine's speed changed between sizing
+        # the load and observing it, the window can miss the load entirely: set the state up again, once.
+        if not out.verdict.startswith("idle"):
+            break
     assert out.bottleneck == "triage.ttft-high-queue-growing", (out.verdict, out.sources_used, out.capacity,
                                                                 out.caveats)
     # How deep the engine's queue is depends on how fast the client gets requests to it on a busy machine;
