@@ -150,8 +150,14 @@ def test_overload_top_finding_is_capacity_bound(vllm_server_factory: VllmFactory
 def test_kv_thrash_top_finding_is_preemption(vllm_server_factory: VllmFactory) -> None:
     server = vllm_server_factory(list(load.kv_thrash.server_args))
     warm(server)
-    out = during(lambda: load.drive_state(server.url, server.model, load.kv_thrash), 1.5,
-                 lambda: diagnose(url=server.url, window_s=20, serve_flags=ServeFlags(max_num_seqs=4)))
+    for _attempt in range(2):
+        out = during(lambda: load.drive_state(server.url, server.model, load.kv_thrash), 1.5,
+                     lambda: diagnose(url=server.url, window_s=20, serve_flags=ServeFlags(max_num_seqs=4)))
+        # The state is preemptions inside the window; a starved client can deliver the load too late for it,
+        # and then the state is set up again, once, before the diagnosis is judged.
+        signal = out.signals.get("preemptions_per_s")
+        if signal is not None and signal.value and signal.value > 0:
+            break
     assert out.bottleneck == "triage.preemption-kv-thrash", out.verdict
     assert out.signals["preemptions_per_s"].value > 0.05
     assert out.capacity.kv_usage_max is not None and out.capacity.kv_usage_max >= 0.7
@@ -183,10 +189,14 @@ def test_prometheus_path_matches_direct_scrape(vllm_server_factory: VllmFactory)
         time.sleep(2)
         flags = ServeFlags(max_num_seqs=2)
         # Enough requests that a 6 s window, long enough for PromQL's rate(), still sees the queue.
-        round_s = one_round_s(server)
-        deep = sized_overload(round_s, seats=2)
-        direct = during(lambda: load.drive_state(server.url, server.model, deep), 0.0,
-                        lambda: paced_overload_window(server, round_s, min_window_s=6.0, serve_flags=flags))
+        for _attempt in range(2):  # set up again once if the window missed the load (see the overload test)
+            round_s = one_round_s(server)
+            deep = sized_overload(round_s, seats=2)
+            direct = during(lambda: load.drive_state(server.url, server.model, deep), 0.0,  # noqa: B023
+                            lambda: paced_overload_window(server, round_s, min_window_s=6.0,  # noqa: B023
+                                                          serve_flags=flags))
+            if direct.bottleneck == "triage.ttft-high-queue-growing":
+                break
         assert direct.window_start_unix is not None and direct.window_end_unix is not None
         time.sleep(2.5)  # the last scrape of the window is in Prometheus
         via = diagnose(prometheus_url=prom.url, prometheus_end=direct.window_end_unix,
