@@ -133,14 +133,18 @@ def register(mcp: MCPServer[Any]) -> None:
         return with_plots(await run_benchmark(request, report=report))
 
     add_model_tool(
-        mcp, name="run_benchmark", title="Load-test a vLLM endpoint (SLO goodput, capacity search)",
+        mcp, name="run_benchmark", title="Load-test a vLLM endpoint",
         description=(
-            "Send real load to a vLLM endpoint and measure it as `vllm bench serve` does (same result fields): TTFT, "
-            "TPOT, ITL, E2EL, throughput, SLO goodput; search_capacity=true finds the highest load meeting slo. "
-            "Also reports client health and the server's /metrics over the same window. SENDS LOAD: allowed targets "
-            "only; off loopback needs confirm=true after the user agreed. background=true returns a run_id."
+            "Send load to a vLLM endpoint and measure it as `vllm bench serve` does: TTFT, TPOT, ITL, E2EL, "
+            "throughput, goodput, plus the server's /metrics over the same window; search_capacity finds the highest "
+            "load meeting slo. SENDS LOAD: allowed targets only; off loopback confirm=true after the user agreed."
         ),
         input_model=RunBenchmarkInput, output_model=RunBenchmarkOutput, run=_run, annotations=_SENDS_LOAD,
+        advanced=("endpoint", "arrival", "burstiness", "ramp_start_rate", "ramp_end_rate", "trace",
+                  "max_concurrency", "range_ratio", "dataset_kind", "prefix_len", "num_prefixes", "ignore_eos",
+                  "warmup_requests", "percentiles", "search_variable", "search_max", "search_repeats",
+                  "search_prompts", "seed", "serve_flags", "workers", "request_timeout_s", "scrape_metrics",
+                  "label", "plot"),
         summarize=render_summary,
     )
 

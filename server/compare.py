@@ -25,10 +25,12 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="compare_runs", title="Compare benchmark runs (A/B)",
         description=(
-            "A/B of saved benchmark runs (run ids, folders, result files, vllm bench serve JSON): per metric the delta "
-            "and a verdict (better, worse, within-noise, not-comparable) from a seeded bootstrap where per-request "
-            "values exist. Says first when runs are not comparable and why; explains changes from /metrics."
+            "A/B of saved benchmark runs (run ids, folders, result files, vllm bench serve JSON): per metric the "
+            "delta and a verdict (better, worse, within-noise) from a seeded bootstrap; says first when runs are "
+            "not comparable and why."
         ),
         input_model=CompareInput, output_model=CompareOutput, run=_compare, annotations=_READ_ONLY_LOCAL,
+        advanced=("percentiles", "metrics", "seed", "confidence", "resamples", "noise_threshold_pct",
+                  "min_effect_pct", "results_dir"),
         summarize=render_text,
     )

@@ -19,10 +19,9 @@ _ANNOTATIONS = ToolAnnotations(read_only_hint=True, destructive_hint=False, idem
                                open_world_hint=True)
 
 DESCRIPTION = (
-    "Why is a running vLLM deployment slow? Reads /metrics over a window (live url), a Prometheus range, saved "
-    "captures (metrics_files, log_file, or inline text) and names the bottleneck from the knowledge base's "
-    "triage rules, with evidence, actions and knowledge ids. Percentiles a histogram only bounds read as "
-    "bounds; slo {ttft, itl, tpot, e2el} in ms at slo_percentile gives met, violated or undecided."
+    "Why is a vLLM deployment slow? Reads /metrics over a window (live url, Prometheus range or saved captures) "
+    "and names the bottleneck by the knowledge base's triage rules, with evidence, actions and knowledge ids; "
+    "slo at slo_percentile is met, violated or undecided (histogram bounds)."
 )
 
 
@@ -34,6 +33,7 @@ def register(mcp: MCPServer[Any]) -> None:
         # The MCP tool never auto-allows the URL it is given: only the environment allowlist and loopback.
         return await diagnose_metrics(request, policy=TargetPolicy.from_env(), progress=progress)
 
-    add_model_tool(mcp, name="diagnose_metrics", title="Diagnose a vLLM deployment from its metrics",
+    add_model_tool(mcp, name="diagnose_metrics", title="Diagnose a vLLM deployment",
                    description=DESCRIPTION, input_model=DiagnoseInput, output_model=DiagnoseOutput, run=_run,
-                   annotations=_ANNOTATIONS, summarize=render_report)
+                   annotations=_ANNOTATIONS, summarize=render_report,
+                   advanced=("prometheus_end", "sample_interval_s", "captured_window_s", "serve_flags", "model"))

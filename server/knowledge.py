@@ -41,7 +41,7 @@ def register(mcp: MCPServer[Any]) -> None:
         return search_knowledge(request)
 
     add_model_tool(
-        mcp, name="search_knowledge", title="Search the vLLM tuning knowledge base",
+        mcp, name="search_knowledge", title="Search the knowledge base",
         description=(
             "Search the cited knowledge base of vLLM performance facts (levers, triage rules, pitfalls, metrics, "
             "flags, defaults, recipes). Use it before recommending a flag or explaining a metric, and cite the ids; "

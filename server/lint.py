@@ -22,11 +22,12 @@ def register(mcp: MCPServer[Any]) -> None:
         return await anyio.to_thread.run_sync(lambda: lint_config(request))
 
     add_model_tool(
-        mcp, name="lint_config", title="Check a vLLM serving configuration before starting it",
+        mcp, name="lint_config", title="Check a vLLM serving config",
         description=(
             "Check a `vllm serve` command (or --config YAML, env) before starting it: options against the release's "
             "own parser table (unknown, removed, bad values) and the knowledge base's configuration pitfalls. Give "
             "vllm_version and gpu; not_checked lists what needs the model or GPU. Cites knowledge ids."
         ),
         input_model=LintInput, output_model=LintOutput, run=_run, annotations=_LINT, summarize=render_lint,
+        advanced=("env", "vllm_version", "nodes", "offline", "device"),
     )

@@ -67,12 +67,13 @@ def register(mcp: MCPServer[Any]) -> None:
             raise
 
     add_model_tool(
-        mcp, name="tune_moe", title="Find, tune and verify fused-MoE kernel configs",
+        mcp, name="tune_moe", title="Fused-MoE kernel configs",
         description=(
-            "Fused-MoE kernel configs for a model on a GPU and layout: the exact file name vLLM looks for, whether it "
-            "is tuned, shipped or missing, the nearest existing ones, and the 'Using default MoE config' log lines. "
-            "mode=check/plan are read-only; mode=tune runs the GPU for budget_minutes and writes the file (needs "
-            "confirm=true after the user agreed); mode=verify checks vLLM loads it and compares A/B result files."
+            "Fused-MoE kernel configs for a model, GPU and layout: the file name vLLM looks for, whether it is "
+            "tuned, shipped or missing, nearest ones. check/plan read only; tune runs the GPU for budget_minutes "
+            "(confirm=true after the user agreed); verify checks vLLM loads it and compares A/B results."
         ),
         input_model=MoeInput, output_model=MoeOutput, run=_run, annotations=_TUNE_MOE, summarize=render_text,
+        advanced=("tuned_folder", "batch_sizes", "vllm_version", "vllm_python", "output_dir", "backend", "search",
+                  "offline", "baseline_results", "tuned_results"),
     )

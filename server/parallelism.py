@@ -31,10 +31,12 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
         mcp, name="recommend_parallelism", title="Recommend a vLLM parallel layout",
         description=(
-            "Plan TP/PP/DP/EP for a model on N GPUs of a type: only layouts vLLM accepts and that fit, ranked for the "
-            "goal with estimated throughput/TTFT/TPOT (fitted to published measurements, residuals stated), the "
-            "exact `vllm serve` command and a one-line why. verify_url measures the plan on a running server "
-            "(sends load). Cites knowledge ids."
+            "Plan TP/PP/DP/EP for a model on N GPUs: layouts vLLM accepts that fit, ranked for the goal with "
+            "estimated throughput/TTFT/TPOT (fitted to published measurements, residuals stated) and the exact "
+            "`vllm serve` command. verify_url measures the top one on a running server (sends load)."
         ),
         input_model=PlanInput, output_model=PlanOutput, run=_plan, annotations=_PLAN,
+        advanced=("revision", "offline", "gpus_per_node", "interconnect", "gpu_memory_gib", "gpu_bandwidth_tbs",
+                  "kv_cache_dtype", "max_model_len", "gpu_memory_utilization", "vllm_version", "head_address",
+                  "top", "estimator", "verify_prompts", "verify_save_result", "verify_confirm"),
     )

@@ -12,7 +12,7 @@ import copy
 import inspect
 import logging
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Annotated, Any, TypeVar
 
 import anyio
@@ -21,7 +21,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.types import CallToolResult, ClientCapabilities, ContentBlock, RootsCapability, TextContent, ToolAnnotations
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from vllm_tune.server.summary import summary_text
 from vllm_tune.tools.errors import VllmTuneError
@@ -32,6 +32,26 @@ _ROOTS_TIMEOUT_S = 5.0
 
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out", bound=BaseModel)
+
+# Tool name -> the settings it takes through `options` instead of as published parameters. An assistant pays for
+# every published parameter before its first call; the settings most calls leave at their defaults are named
+# once in `options`' description, and their types and meanings are one resource read away (tool_schema_uri).
+ADVANCED: dict[str, tuple[str, ...]] = {}
+OPTIONS = "options"
+
+
+def tool_schema_uri(tool: str) -> str:
+    return f"vllm-tune://tools/{tool}"
+
+
+def _merge_options(tool: str, fields: Collection[str], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments with `options` spread in; an option that is not a setting of the tool is refused."""
+    options = kwargs.pop(OPTIONS, None) or {}
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        raise ToolError(f"bad input: options.{unknown[0]}: not a setting of {tool}; "
+                        f"see {tool_schema_uri(tool)}")
+    return {**kwargs, **options}
 
 
 def tool_error(exc: Exception) -> ToolError:
@@ -82,16 +102,26 @@ def add_model_tool(
     run: Callable[[In, Context], Awaitable[Out | CallToolResult]],
     annotations: ToolAnnotations,
     summarize: Callable[[Out], str] | None = None,
+    advanced: Collection[str] = (),
 ) -> None:
     """Expose `run(input, ctx)` as the MCP tool `name` with flattened, validated arguments.
 
     The result is the output model as structured content plus a readable text summary (what the CLI
     prints, most important first, cut to a budget) instead of the JSON repeated as text. `run` may return
     a CallToolResult to add content blocks (images); its structured content is still checked against
-    `output_model`."""
+    `output_model`.
+
+    `advanced` fields stay accepted as arguments but are published only by name, inside `options`."""
+    missing = set(advanced) - set(input_model.model_fields)
+    if missing:
+        raise ValueError(f"{name}: advanced fields {sorted(missing)} are not fields of {input_model.__name__}")
+    if advanced:
+        ADVANCED[name] = tuple(advanced)
 
     async def wrapper(ctx: Context, **kwargs: Any) -> Any:
         try:
+            if advanced:
+                kwargs = _merge_options(name, input_model.model_fields, kwargs)
             request = input_model.model_validate(kwargs)
             with confined(await file_roots(ctx)):
                 result = await run(request, ctx)
@@ -118,6 +148,12 @@ def add_model_tool(
         params.append(inspect.Parameter(field_name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                                         default=default))
         hints[field_name] = annotation
+    if advanced:
+        described = Field(description=f"other settings by name ({tool_schema_uri(name)} has their types): "
+                                      + ", ".join(advanced))
+        options = Annotated[dict[str, Any] | None, described]
+        params.append(inspect.Parameter(OPTIONS, inspect.Parameter.KEYWORD_ONLY, annotation=options, default=None))
+        hints[OPTIONS] = options
     wrapper.__signature__ = inspect.Signature(params, return_annotation=output_model)  # type: ignore[attr-defined]
     wrapper.__annotations__ = hints
     wrapper.__name__ = name

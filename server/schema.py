@@ -81,9 +81,43 @@ def compact_schema(schema: Any, *, _names: bool = False) -> Any:
             value = _informative_default(value)
             if value is _NOTHING:
                 continue
+        if key == "$defs" and isinstance(value, dict):
+            # the property that refers to a definition describes it; the definition's own text repeats that
+            value = {name: {k: v for k, v in d.items() if k != "description"} if isinstance(d, dict) else d
+                     for name, d in value.items()}
         out[key] = compact_schema(value, _names=not _names and key in ("properties", "$defs"))
     if not _names:
         _merge_nullable(out)
         _drop_guards(out)
         _optional_not_null(out)
+    return out
+
+
+def _refs(node: Any) -> set[str]:
+    if isinstance(node, list):
+        return set().union(*(_refs(item) for item in node)) if node else set()
+    if not isinstance(node, dict):
+        return set()
+    found = {node["$ref"].rsplit("/", 1)[-1]} if isinstance(node.get("$ref"), str) else set()
+    return found.union(*(_refs(v) for v in node.values())) if node else found
+
+
+def without_properties(schema: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """`schema` minus the named top-level properties and the definitions only they used."""
+    out = dict(schema)
+    out["properties"] = {k: v for k, v in (schema.get("properties") or {}).items() if k not in names}
+    if "required" in schema:
+        out["required"] = [r for r in schema["required"] if r not in names]
+    defs = schema.get("$defs")
+    if isinstance(defs, dict):
+        used = _refs(out["properties"])
+        while True:  # a definition may refer to another one
+            more = _refs([defs[d] for d in used if d in defs]) - used
+            if not more:
+                break
+            used |= more
+        kept = {k: v for k, v in defs.items() if k in used}
+        out.pop("$defs")
+        if kept:
+            out["$defs"] = kept
     return out

@@ -41,13 +41,14 @@ def _in_thread(fn: Callable[[In], TuneState]) -> Callable[[In, Context], Awaitab
 
 def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(
-        mcp, name="tune_start", title="Start a tuning session from a vllm serve command",
+        mcp, name="tune_start", title="Start a tuning session",
         description=(
             "Start a tuning loop: base `vllm serve` command (pin the flags to tune), goal (latency or throughput), SLO "
             "and workload. Returns trial 0 (baseline) to measure; next_step says how. Then alternate tune_next and "
             "a measurement until state is done; tune_report gives the best command."
         ),
         input_model=TuneStartInput, output_model=TuneState, run=_in_thread(tune_start), annotations=_WRITES_SESSION,
+        advanced=("env", "vllm_version", "gpu", "save_result"),
     )
     add_model_tool(
         mcp, name="tune_next", title="Propose the next tuning trial",
@@ -56,7 +57,7 @@ def register(mcp: MCPServer[Any]) -> None:
         input_model=SessionRef, output_model=TuneState, run=_in_thread(tune_next), annotations=_WRITES_SESSION,
     )
     add_model_tool(
-        mcp, name="tune_record", title="Attach a measured run to a tuning trial",
+        mcp, name="tune_record", title="Record a trial measurement",
         description="Record the run_benchmark run (run id or path) that measured a trial, or why it could not be "
                     "measured; it becomes the best only if better beyond noise and within the SLO.",
         input_model=RecordInput, output_model=TuneState, run=_in_thread(tune_record), annotations=_WRITES_SESSION,

@@ -37,11 +37,13 @@ def register(mcp: MCPServer[Any]) -> None:
         return await what_if(await _confirm_probe(request, ctx))
 
     add_model_tool(
-        mcp, name="what_if", title="Predict a flag or load change before restarting the server",
+        mcp, name="what_if", title="Predict a flag or load change",
         description=(
-            "Predict what a flag or load change does to TTFT, ITL and throughput without restarting or loading the "
-            "server: vLLM V1's scheduler simulated with step times calibrated on this server (from_result sends "
-            "nothing; probe=true sends ~290 requests, confirm=true off loopback). Ask it before proposing a restart."
+            "Predict what a flag or load change does to TTFT, ITL and throughput: vLLM's scheduler simulated with "
+            "step times calibrated on this server (from_result sends nothing; probe=true sends ~290 requests). "
+            "Ask it before proposing a restart."
         ),
         input_model=WhatIfInput, output_model=WhatIfOutput, run=_run, annotations=_MAY_PROBE,
+        advanced=("arrival", "burstiness", "max_concurrency", "trace", "duration_s", "seed", "percentiles",
+                  "search_variable", "slo_percentile", "save_calibration"),
     )

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema
 
 from vllm_tune.tools.errors import BadInputError
 
@@ -68,6 +68,13 @@ class SloTargets(BaseModel):
 
     def describe(self) -> str:
         return ",".join(f"{m}={v:g}" for m, v in self.items().items()) or "none"
+
+
+# SloTargets as an input field publishes one flat object (a schema definition per tool would repeat four
+# described properties in every tool that takes an SLO); the field's own description names the unit.
+SloInput = Annotated[SloTargets, WithJsonSchema({
+    "type": "object", "additionalProperties": False,
+    "properties": {m: {"type": "number", "exclusiveMinimum": 0} for m in SLO_METRICS}})]
 
 
 _PAIR = re.compile(r"^\s*(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<sep>[=:])\s*(?P<value>\S+?)\s*(?:ms)?\s*$")

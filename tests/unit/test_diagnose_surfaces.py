@@ -81,8 +81,9 @@ async def test_mcp_tool_is_annotated_and_diagnoses_texts() -> None:
         assert ann is not None
         assert (ann.read_only_hint, ann.destructive_hint, ann.idempotent_hint, ann.open_world_hint) == (
             True, False, False, True)
-        assert {"url", "prometheus_url", "metrics", "log_text", "slo", "serve_flags"} <= set(
+        assert {"url", "prometheus_url", "metrics", "log_text", "slo", "options"} <= set(
             tool.input_schema["properties"])
+        assert "serve_flags" in tool.input_schema["properties"]["options"]["description"]
         metrics = [{"name": f"overload.{e}", "text": (CAPTURES / f"overload.{e}.prom").read_text()}
                    for e in ("before", "after")]
         result = await client.call_tool("diagnose_metrics", {"metrics": metrics, "window_s": 21.39,

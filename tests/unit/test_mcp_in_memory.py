@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 from vllm_tune.server.app import build_server
 
@@ -117,3 +120,37 @@ async def test_fields_with_default_factories_become_flat_arguments() -> None:
         assert plain.structured_content == {"echoed": ["a", "a"]}
         given = await client.call_tool("echo", {"names": ["x"]})
         assert given.structured_content == {"echoed": ["x"]}
+
+
+async def test_advanced_settings_are_named_in_options_and_work_through_it() -> None:
+    async with Client(build_server()) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        plan = tools["recommend_parallelism"].input_schema
+        assert "top" not in plan["properties"] and "offline" not in plan["properties"]
+        assert "top" in plan["properties"]["options"]["description"]
+        full = json.loads((await client.read_resource("vllm-tune://tools/recommend_parallelism"))
+                          .contents[0].text)  # type: ignore[union-attr]
+        assert full["properties"]["top"]["type"] == "integer"  # types and meanings one read away
+        args = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "H100", "gpus": 8}
+        via_options = await client.call_tool("recommend_parallelism", {**args, "options": {"top": 1, "offline": True}})
+        assert not via_options.is_error, via_options.content
+        assert len((via_options.structured_content or {})["candidates"]) == 1
+        # the same setting still works as a plain argument, as before it moved into options
+        plain = await client.call_tool("recommend_parallelism", {**args, "top": 2, "offline": True})
+        assert len((plain.structured_content or {})["candidates"]) == 2
+        wrong = await client.call_tool("recommend_parallelism", {**args, "options": {"tpo": 1}})
+        assert wrong.is_error
+        assert "options.tpo: not a setting of recommend_parallelism" in wrong.content[0].text  # type: ignore[union-attr]
+        bad = await client.call_tool("recommend_parallelism", {**args, "options": {"top": 0, "offline": True}})
+        assert bad.is_error and "top" in bad.content[0].text  # type: ignore[union-attr]
+        with pytest.raises(MCPError, match="no tool"):
+            await client.read_resource("vllm-tune://tools/nope")
+
+
+async def test_hidden_settings_take_their_definitions_with_them() -> None:
+    async with Client(build_server()) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        diagnose = tools["diagnose_metrics"].input_schema
+        assert "serve_flags" not in diagnose["properties"]
+        assert "ServeFlags" not in diagnose.get("$defs", {})  # only serve_flags used it
+        assert "MetricsText" in diagnose["$defs"]  # still used by `metrics`

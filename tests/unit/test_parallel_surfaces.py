@@ -49,8 +49,9 @@ async def test_mcp_tool_schema_and_call() -> None:
     async with Client(build_server(), raise_exceptions=True) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         tool = tools["recommend_parallelism"]
-        assert {"model", "gpu", "gpus", "goal", "isl", "osl", "slo_ttft_ms", "estimator",
-                "verify_url"} <= set(tool.input_schema["properties"])
+        assert {"model", "gpu", "gpus", "goal", "isl", "osl", "slo_ttft_ms", "verify_url",
+                "options"} <= set(tool.input_schema["properties"])
+        assert "estimator" in tool.input_schema["properties"]["options"]["description"]
         assert set(tool.input_schema["required"]) == {"model", "gpu", "gpus"}
         # verify_url sends a benchmark load, as run_benchmark does: not read-only, never destructive.
         assert tool.annotations is not None and tool.annotations.read_only_hint is False

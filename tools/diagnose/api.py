@@ -42,7 +42,7 @@ from vllm_tune.tools.kb import load_knowledge
 from vllm_tune.tools.net.http import http_client
 from vllm_tune.tools.net.targets import TargetPolicy
 from vllm_tune.tools.net.vllm_probe import VllmServerInfo
-from vllm_tune.tools.slo import SLO_METRICS, SloCheck, SloTargets, judge_bounds, judge_value, percentile_label
+from vllm_tune.tools.slo import SLO_METRICS, SloCheck, SloInput, SloTargets, judge_bounds, judge_value, percentile_label
 
 Progress = Callable[[float, float, str], Awaitable[None]]
 DEFAULT_WINDOW_S = 10.0
@@ -54,8 +54,8 @@ class MetricsText(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(default="metrics", max_length=500, description="label for messages, e.g. the file name")
-    text: str = Field(description="Prometheus exposition text as served by vLLM's /metrics (a `# vllm-tune "
-                      "capture: scraped_at=...` first line, as `vllm-tune capture` writes, dates it)")
+    text: str = Field(description="/metrics text (a `# vllm-tune capture: scraped_at=...` first "
+                      "line dates it)")
 
 
 class DiagnoseInput(BaseModel):
@@ -63,8 +63,8 @@ class DiagnoseInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    url: str | None = Field(default=None, description="live vLLM server base URL; /metrics is scraped at the "
-                            "start and end of the window (and every sample_interval_s in between)")
+    url: str | None = Field(default=None, description="live vLLM server base URL; /metrics is scraped over "
+                            "the window")
     prometheus_url: str | None = Field(default=None, description="Prometheus server scraping the vLLM replicas")
     prometheus_selector: str | None = Field(default=None, max_length=2000,
                                             description='PromQL label matchers, e.g. pod=~"vllm-.*",namespace="prod"')
@@ -75,13 +75,11 @@ class DiagnoseInput(BaseModel):
     metrics_files: list[str] = Field(default=[], max_length=2, description="saved /metrics files (paths): one, or "
                                      "two earlier first; capture.json beside them gives the window")
     log_file: str | None = Field(default=None, description="vLLM server log file (path)")
-    window_s: float | None = Field(default=None, ge=0, le=86_400, description="window length in seconds: live "
-                                   "scrape window (default 10), Prometheus range (default 300) or the time between "
-                                   "two saved scrapes")
+    window_s: float | None = Field(default=None, ge=0, le=86_400, description="window, s: live scrape (default 10), "
+                                   "Prometheus range (default 300) or between two saved scrapes")
     sample_interval_s: float = Field(default=1.0, ge=0.2, le=60, description="live gauge sampling interval")
-    slo: SloTargets = Field(default=SloTargets(), description="latency targets in ms: ttft, itl, tpot, e2el "
-                            "(ttft_ms... accepted); unset ones use default interactive targets, and the output "
-                            "says which decided")
+    slo: SloInput = Field(default=SloTargets(), description="latency targets in ms; unset ones use default "
+                            "interactive targets")
     slo_percentile: Literal[50, 90, 95, 99] = Field(default=90, description="percentile the targets are judged at")
     captured_window_s: float | None = Field(default=None, gt=0, le=86_400, description="seconds between the two "
                                             "saved scrapes as recorded when they were taken (capture.json); a "
