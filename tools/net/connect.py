@@ -195,29 +195,38 @@ def _timeout(exc: httpx.TimeoutException, deadline: float, request: httpx.Reques
     return exc
 
 
+class _Budget:
+    """What one response body may still take: bytes under the cap, time before the overall deadline."""
+
+    def __init__(self, request: httpx.Request, deadline: float, max_bytes: int) -> None:
+        self.request, self.deadline, self._max, self._seen = request, deadline, max_bytes, 0
+
+    def count(self, chunk: bytes) -> bytes:
+        self._seen += len(chunk)
+        if self._seen > self._max:
+            raise ResponseTooLargeError(f"the response passed the {self._max}-byte limit", request=self.request)
+        if time.monotonic() > self.deadline:
+            raise DeadlineExceededError("the overall deadline of the request passed", request=self.request)
+        return chunk
+
+
 class _BoundedStream(httpx.SyncByteStream):
     def __init__(self, inner: httpx.SyncByteStream, request: httpx.Request, deadline: float, max_bytes: int) -> None:
-        self._inner, self._request, self._deadline, self._max = inner, request, deadline, max_bytes
+        self._inner, self._budget = inner, _Budget(request, deadline, max_bytes)
 
     def __iter__(self) -> Iterator[bytes]:
-        seen = 0
-        chunks = iter(self._inner)
+        chunks, budget = iter(self._inner), self._budget
         while True:
-            token = _deadline.set(self._deadline)
+            token = _deadline.set(budget.deadline)  # read timeouts end at the overall deadline
             try:
                 chunk = next(chunks)
             except StopIteration:
                 return
             except httpx.TimeoutException as exc:
-                raise _timeout(exc, self._deadline, self._request) from None
+                raise _timeout(exc, budget.deadline, budget.request) from None
             finally:
                 _deadline.reset(token)
-            seen += len(chunk)
-            if seen > self._max:
-                raise ResponseTooLargeError(f"the response passed the {self._max}-byte limit", request=self._request)
-            if time.monotonic() > self._deadline:
-                raise DeadlineExceededError("the overall deadline of the request passed", request=self._request)
-            yield chunk
+            yield budget.count(chunk)
 
     def close(self) -> None:
         self._inner.close()
@@ -226,27 +235,21 @@ class _BoundedStream(httpx.SyncByteStream):
 class _AsyncBoundedStream(httpx.AsyncByteStream):
     def __init__(self, inner: httpx.AsyncByteStream, request: httpx.Request, deadline: float,
                  max_bytes: int) -> None:
-        self._inner, self._request, self._deadline, self._max = inner, request, deadline, max_bytes
+        self._inner, self._budget = inner, _Budget(request, deadline, max_bytes)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
-        chunks = self._inner.__aiter__()
+        chunks, budget = self._inner.__aiter__(), self._budget
         while True:
-            token = _deadline.set(self._deadline)
+            token = _deadline.set(budget.deadline)
             try:
                 chunk = await chunks.__anext__()
             except StopAsyncIteration:
                 return
             except httpx.TimeoutException as exc:
-                raise _timeout(exc, self._deadline, self._request) from None
+                raise _timeout(exc, budget.deadline, budget.request) from None
             finally:
                 _deadline.reset(token)
-            seen += len(chunk)
-            if seen > self._max:
-                raise ResponseTooLargeError(f"the response passed the {self._max}-byte limit", request=self._request)
-            if time.monotonic() > self._deadline:
-                raise DeadlineExceededError("the overall deadline of the request passed", request=self._request)
-            yield chunk
+            yield budget.count(chunk)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
