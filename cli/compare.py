@@ -22,7 +22,8 @@ def register(sub: Any) -> None:
                    help="relative change called noise when runs lack per-request data (default 5)")
     p.add_argument("--min-effect", type=float, default=2.0, metavar="PCT",
                    help="smallest significant change called better/worse (default 2)")
-    p.add_argument("--results-dir", help="where run ids are looked up (default ./vllm-tune-results)")
+    p.add_argument("--result-dir", "--results-dir", dest="results_dir", metavar="DIR",
+                   help="where run ids are looked up (default $VLLM_TUNE_RESULTS_DIR or ./vllm-tune-results)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.set_defaults(handler=_compare)
 

@@ -54,7 +54,8 @@ def register(sub: Any) -> None:
                         "per metric (the result is saved with the plan's flags and hardware for `vllm-tune "
                         "calibrate`)")
     p.add_argument("--verify-prompts", type=int, default=40, help="measured requests of the --verify run")
-    p.add_argument("--verify-save-result", metavar="DIR", help="results directory for --verify")
+    p.add_argument("--verify-result-dir", "--verify-save-result", dest="verify_save_result", metavar="DIR",
+                   help="results directory for --verify")
     p.add_argument("--yes", action="store_true", help="confirm sending the --verify load to a non-loopback server")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.set_defaults(handler=_plan)

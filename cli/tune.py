@@ -85,7 +85,10 @@ def register(sub: Any) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--save-result", help="results directory (sessions live in its tune/)")
+    # --result-dir as `vllm-tune bench` and `vllm bench serve` name it; --save-result is the older spelling
+    p.add_argument("--result-dir", "--save-result", dest="save_result", metavar="DIR",
+                   help="results directory (sessions live in its tune/; default $VLLM_TUNE_RESULTS_DIR or "
+                        "./vllm-tune-results)")
     p.add_argument("--json", action="store_true", help="print the session as JSON")
 
 

@@ -44,7 +44,7 @@ def test_verify_then_calibrate_moves_the_third_estimate_closer(
     verified = {}
     for conc in (1, 4, 8):
         plan = _plan(capsys, tiny_models.llama, conc, "--verify", vllm_server.url, "--verify-prompts", PROMPTS,
-                     "--verify-save-result", str(results))
+                     "--verify-result-dir", str(results))
         v = plan["verification"]
         assert v["concurrency"] == conc and v["layout"] == "TP1" and Path(v["result_path"]).exists()
         for name in ("output_tokens_per_s", "mean_tpot_ms", "mean_ttft_ms"):

@@ -116,5 +116,5 @@ def test_bad_starts_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFi
     assert cli_main(["tune", "next", "tune-20260101-000000-abcdef", "--save-result", str(tmp_path)]) == 2
     assert "no tuning session" in capsys.readouterr().err
     assert cli_main(["tune", "next", "../../etc", "--save-result", str(tmp_path)]) == 2
-    assert cli_main(["tune", "start", "--command", BASE, "--concurrency", "2", "--save-result", str(tmp_path)]) == 0
+    assert cli_main(["tune", "start", "--command", BASE, "--concurrency", "2", "--result-dir", str(tmp_path)]) == 0
     assert "needs-measurement" in capsys.readouterr().out
