@@ -20,7 +20,7 @@ _ANNOTATIONS = ToolAnnotations(read_only_hint=True, destructive_hint=False, idem
 
 DESCRIPTION = (
     "Why is a running vLLM deployment slow? Reads /metrics over a window (live url), a Prometheus range, saved "
-    "captures (metrics_files, log_file, or inline text) and names the bottleneck from the knowledge base's "
+    "captures (metrics_files, log_file, inline text, run_id) and names the bottleneck from the knowledge base's "
     "triage rules, with evidence, actions and knowledge ids. Percentiles a histogram only bounds read as "
     "bounds; slo {ttft, itl, tpot, e2el} in ms at slo_percentile gives met, violated or undecided."
 )

@@ -29,7 +29,7 @@ from vllm_tune.tools.bench.provenance import collect, utc_now
 from vllm_tune.tools.bench.records import RecordLog
 from vllm_tune.tools.bench.runner import CANCELLED as CANCELLED_ERROR
 from vllm_tune.tools.bench.runner import LoadPlan, Progress, check_schedule, choose_workers, run_load, warm_up
-from vllm_tune.tools.bench.server_watch import ServerWatch, attach_diagnosis
+from vllm_tune.tools.bench.server_watch import ServerWatch, attach_diagnosis, save_window
 from vllm_tune.tools.bench.store import ResultStore, RunStatus, StatusWriter, new_run_id, results_dir
 from vllm_tune.tools.errors import BadInputError, TargetError
 from vllm_tune.tools.files import regular_file
@@ -217,6 +217,8 @@ class _Session:
                  policy: TargetPolicy | None = None) -> None:
         self.req, self.base, self.key, self.ctl = req, base, key, ctl
         self.policy = policy
+        # Where the measured window's first and last /metrics scrapes are saved (a plain run's folder).
+        self.scrape_dir: Path | None = None
         self.model = req.model or ""
         self.version: str | None = None
         self.max_model_len: int | None = None
@@ -324,6 +326,15 @@ def _request_count(req: RunBenchmarkInput) -> int:
     return DEFAULT_PROMPTS
 
 
+async def _stop_watch(watch: ServerWatch, s: _Session) -> str | None:
+    """The last scrape, then the window saved for a later diagnose; a cancelled run keeps what it had."""
+    try:
+        await watch.stop()
+    finally:
+        note = save_window(watch, s.scrape_dir, s.base, max_bytes=CONTROL_MAX_BYTES) if s.scrape_dir else None
+    return note
+
+
 async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concurrency: int | None,
                    progress: Progress, stop: Callable[[], bool], report: ProgressCallback | None,
                    phase: str) -> dict[str, Any]:
@@ -356,6 +367,7 @@ async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concur
         await watch.start()
     workers = choose_workers(plan, req.workers)
     reporter = asyncio.create_task(_report_loop(progress, report, phase)) if report else None
+    saved_note: str | None = None
     try:
         outcome = await run_load(plan, workers=workers, stop=stop, progress=progress)
     finally:
@@ -364,7 +376,7 @@ async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concur
             with contextlib.suppress(asyncio.CancelledError):
                 await reporter
         if watch:
-            await watch.stop()
+            saved_note = await _stop_watch(watch, s)
     log = outcome.records
     cancelled_in_flight = [k for k in range(len(log)) if log.error(k) == CANCELLED_ERROR]
     records = log.select(k for k in range(len(log)) if log.error(k) != CANCELLED_ERROR) if cancelled_in_flight else log
@@ -394,6 +406,8 @@ async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concur
         window = watch.summary(metrics.get("mean_ttft_ms"), outcome.started_at)
         if window.scrapes:
             await attach_diagnosis(window, watch, slo_ms=req.slo or {}, serve_flags=req.serve_flags)
+        if saved_note:
+            window.notes.append(saved_note)
         result["server"] = window.model_dump(mode="json")
         cache_config = window.cache_config
     else:
@@ -492,6 +506,7 @@ async def run_benchmark(req: RunBenchmarkInput, *, report: ProgressCallback | No
                 path = store.write_result(rid, full)
             else:
                 n = min(_request_count(req), MAX_REQUESTS)
+                session.scrape_dir = store.run_dir(rid)
                 writer.update(force=True, phase="building prompts", total=n)
                 result = await _measure(session, n=n, seed=req.seed, rate=req.rate, concurrency=req.concurrency,
                                         progress=progress, stop=stop_all, report=on_progress, phase="measure")

@@ -15,6 +15,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -141,10 +142,13 @@ class ServerWatch:
         self.errors = 0
         self.first_text = ""
         self.last_text = ""
+        self.first_unix = 0.0
+        self.last_unix = 0.0
         self._task: asyncio.Task[None] | None = None
         self._t0 = time.perf_counter()
 
     async def _scrape(self) -> None:
+        sent = time.time()
         try:
             response = await self.client.get("/metrics")
             if response.status_code != 200:
@@ -154,9 +158,10 @@ class ServerWatch:
         except httpx.HTTPError:
             self.errors += 1
             return
+        stamp = (sent + time.time()) / 2  # as `vllm-tune capture` dates a scrape: the request's midpoint
         if not self.first_text:
-            self.first_text = text
-        self.last_text = text
+            self.first_text, self.first_unix = text, stamp
+        self.last_text, self.last_unix = text, stamp
         self.scrapes.append(parse_scrape(text, time.perf_counter()))
 
     async def _loop(self) -> None:
@@ -233,6 +238,26 @@ class ServerWatch:
         if not any(s.gauges for s in self.scrapes):
             w.notes.append("/metrics answered but carries no vllm: series")
         return w
+
+
+def save_window(watch: ServerWatch, folder: Path, url: str, *, max_bytes: int) -> str | None:
+    """The first and last scrape of the window as `vllm-tune capture` saves a pair (before.prom, after.prom,
+    capture.json), so `diagnose --run` reads the run's window later; a note when there is nothing to save.
+    Each text already came through a fetch capped at `max_bytes`; the cap is checked again so a saved run
+    never holds more than that per file."""
+    from vllm_tune.tools.diagnose.capture import write_capture
+    from vllm_tune.tools.errors import BadInputError
+
+    if len(watch.scrapes) < 2:
+        return "fewer than two /metrics scrapes: the window's scrapes were not saved"
+    if max(len(watch.first_text.encode()), len(watch.last_text.encode())) > max_bytes:
+        return f"a /metrics scrape is larger than {max_bytes} bytes: the window's scrapes were not saved"
+    try:
+        write_capture(folder, url, (watch.first_text, watch.first_unix), (watch.last_text, watch.last_unix),
+                      written_by="vllm-tune bench")
+    except BadInputError as exc:
+        return f"the window's scrapes were not saved: {exc}"
+    return None
 
 
 def _known_flags(flags: dict[str, str]) -> dict[str, int | bool]:
