@@ -16,7 +16,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, Field
@@ -275,21 +275,29 @@ def _known_flags(flags: dict[str, str]) -> dict[str, int | bool]:
 
 
 async def attach_diagnosis(window: ServerWindow, watch: ServerWatch, *, slo_ms: dict[str, float],
-                           serve_flags: dict[str, str]) -> None:
-    """diagnose_metrics on the run's own window: the first and last scrape, the time between them, the SLO and
-    the flags the caller recorded. A failure is a note; it never costs the measured run."""
+                           serve_flags: dict[str, str], slo_percentile: float = 90.0) -> None:
+    """diagnose_metrics on the run's own window: the first and last scrape, the time between them, the run's SLO
+    at its percentile (where buckets can judge one: p50, p90, p95, p99) and the flags the caller recorded.
+    A failure is a note; it never costs the measured run."""
     from vllm_tune.tools.diagnose.api import DiagnoseInput, MetricsText, diagnose_metrics
     from vllm_tune.tools.diagnose.models import ServeFlags, SloTargets
 
     if len(watch.scrapes) < 2:
         window.notes.append("fewer than two /metrics scrapes: no diagnosis for the window")
         return
+    # The run's SLO is judged where the run states it; without one, diagnose's default targets keep its p90.
+    pct: Literal[50, 90, 95, 99] = 90
+    if slo_ms and slo_percentile in (50, 90, 95, 99):
+        pct = int(slo_percentile)  # type: ignore[assignment]  # one of the four, checked just above
+    elif slo_ms:
+        window.notes.append(f"the diagnosis judges the SLO at p90: histogram buckets support p50, p90, p95 or "
+                            f"p99, not p{slo_percentile:g}")
     try:
         request = DiagnoseInput(
             metrics=[MetricsText(name="run start", text=watch.first_text),
                      MetricsText(name="run end", text=watch.last_text)],
             window_s=max(0.0, watch.scrapes[-1].t - watch.scrapes[0].t),
-            slo=SloTargets(**{f"{k}_ms": v for k, v in slo_ms.items() if k in ("ttft", "tpot", "e2el")}),
+            slo=SloTargets.model_validate(slo_ms), slo_percentile=pct,
             serve_flags=ServeFlags(**_known_flags(serve_flags)))
         result = await diagnose_metrics(request)
         window.diagnosis = result.model_dump(mode="json")
