@@ -127,12 +127,9 @@ def _endpoint(args: argparse.Namespace) -> str:
 
 
 def _slo(args: argparse.Namespace) -> dict[str, float]:
-    """--slo ttft=500,tpot=50 and vLLM's --goodput ttft:500 tpot:50, read by the one SLO vocabulary
-    (tools/slo.py); goodput takes ttft, tpot and e2el, as vllm bench serve does."""
-    from vllm_tune.tools.slo import GOODPUT_METRICS, parse_slo
+    from vllm_tune.cli.common import slo_from_args
 
-    items = [*([args.slo] if args.slo else []), *(args.goodput or [])]
-    return parse_slo(items, allowed=GOODPUT_METRICS).as_dict() if items else {}
+    return slo_from_args(args)
 
 
 def _ramp(args: argparse.Namespace) -> tuple[float | None, float | None]:

@@ -94,6 +94,18 @@ def parse_key_values(text: str, *, allowed: set[str] | None = None, what: str = 
     return out
 
 
+GOODPUT_HELP = "the same SLO in vllm bench serve's form, e.g. ttft:500 tpot:50 (ttft, tpot, e2el)"
+
+
+def slo_from_args(args: argparse.Namespace) -> dict[str, float]:
+    """--slo ttft=500,tpot=50 and vLLM's --goodput ttft:500 tpot:50, read by the one SLO vocabulary that
+    run_benchmark, what_if and tune share (tools/slo.py); both flags together are one SLO."""
+    from vllm_tune.tools.slo import goodput_slo
+
+    items = [*([args.slo] if getattr(args, "slo", None) else []), *(getattr(args, "goodput", None) or [])]
+    return goodput_slo(items) if items else {}
+
+
 def parse_env_items(items: list[str]) -> dict[str, str]:
     """Repeated --env NAME=VALUE options as a dict."""
     from vllm_tune.tools.errors import BadInputError

@@ -25,6 +25,10 @@ def register(sub: Any) -> None:
     p.add_argument("--end", type=float, metavar="UNIX_S", help="end of the Prometheus range (default now)")
     p.add_argument("--metrics-file", action="append", default=[], metavar="FILE",
                    help="saved /metrics text; give it twice (earlier first) for a window")
+    p.add_argument("--run", metavar="RUN_ID", help="a `vllm-tune bench` run id: diagnose the /metrics window "
+                   "that run saved")
+    p.add_argument("--result-dir", metavar="DIR", help="where --run is looked up (default $VLLM_TUNE_RESULTS_DIR "
+                   "or ./vllm-tune-results)")
     p.add_argument("--window", type=float, metavar="S", help="window seconds: live scrape (default 10), "
                    "Prometheus range (default 300), or the time between two metrics files")
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help="live gauge sampling interval")
@@ -71,11 +75,17 @@ def _input(args: argparse.Namespace) -> Any:
     percentile = parse_percentile(args.slo_percentile)
     if percentile not in (50, 90, 95, 99):
         raise BadInputError(f"--slo-percentile {args.slo_percentile}: diagnose judges at p50, p90, p95 or p99")
+    if args.run and (args.url or args.prometheus or args.metrics_file):
+        raise BadInputError("--run names the window to diagnose: give it without a URL, --prometheus or "
+                            "--metrics-file")
+    if args.result_dir and not args.run:
+        raise BadInputError("--result-dir says where --run is looked up; give --run RUN_ID too")
     metrics = [MetricsText(name=Path(f).name, text=_read(f, "metrics file")) for f in args.metrics_file]
-    if not (args.url or args.prometheus or metrics or args.log_file):
-        raise BadInputError("nothing to diagnose: give a URL, --prometheus, --metrics-file or --log-file")
+    if not (args.url or args.prometheus or metrics or args.log_file or args.run):
+        raise BadInputError("nothing to diagnose: give a URL, --prometheus, --metrics-file, --run or --log-file")
     return DiagnoseInput(
-        url=args.url, prometheus_url=args.prometheus, prometheus_selector=args.selector, prometheus_end=args.end,
+        run_id=args.run, results_dir=args.result_dir, url=args.url, prometheus_url=args.prometheus,
+        prometheus_selector=args.selector, prometheus_end=args.end,
         metrics=metrics, log_text=_read(args.log_file, "log file") if args.log_file else None,
         window_s=args.window, sample_interval_s=args.interval, slo=slo,
         slo_percentile=int(percentile),

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from vllm_tune.cli.common import EXIT_TARGET, parse_env_items, print_json
+from vllm_tune.cli.common import EXIT_TARGET, GOODPUT_HELP, parse_env_items, print_json, slo_from_args
 
 if TYPE_CHECKING:
     from vllm_tune.tools.tune.models import TuneState
@@ -32,6 +32,7 @@ def register(sub: Any) -> None:
                             "VLLM_API_KEY or HF_TOKEN instead (vllm serve and the benchmark read them)")
     start.add_argument("--goal", choices=("latency", "throughput"), default="latency", help="what the loop optimises")
     start.add_argument("--slo", help="targets in ms, e.g. ttft=500,tpot=50")
+    start.add_argument("--goodput", nargs="+", metavar="KEY:MS", help=GOODPUT_HELP)
     start.add_argument("--slo-percentile", type=float, default=99.0, help="percentile the SLO is judged at")
     load = start.add_mutually_exclusive_group(required=True)
     load.add_argument("--concurrency", type=int, help="closed-loop requests in flight")
@@ -116,7 +117,6 @@ def _show(state: TuneState, args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
-    from vllm_tune.tools.slo import parse_slo
     from vllm_tune.tools.tune.api import tune_start
     from vllm_tune.tools.tune.models import TuneStartInput, TuneWorkload
 
@@ -124,7 +124,7 @@ def _start(args: argparse.Namespace) -> int:
                             concurrency=args.concurrency, rate=args.rate, num_prompts=args.num_prompts,
                             warmup_requests=args.warmup_requests)
     state = tune_start(TuneStartInput(
-        command=args.command_line, goal=args.goal, slo=parse_slo(args.slo or "").as_dict(),
+        command=args.command_line, goal=args.goal, slo=slo_from_args(args),
         slo_percentile=args.slo_percentile, workload=workload, levers=args.lever, max_trials=args.max_trials,
         env=parse_env_items(args.env), vllm_version=args.vllm_version, gpu=args.gpu, save_result=args.save_result))
     return _show(state, args)

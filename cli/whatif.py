@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from vllm_tune.cli.common import fail, print_json
+from vllm_tune.cli.common import GOODPUT_HELP, fail, print_json, slo_from_args
 
 
 def register(sub: Any) -> None:
@@ -41,6 +41,7 @@ def register(sub: Any) -> None:
     p.add_argument("--output-len", type=int, help="output tokens per request")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated arrivals")
     p.add_argument("--slo", help="SLO in ms: ttft=MS,tpot=MS,e2el=MS (goodput)")
+    p.add_argument("--goodput", nargs="+", metavar="KEY:MS", help=GOODPUT_HELP)
     p.add_argument("--search-capacity", action="store_true", help="also predict the SLO capacity per variant")
     p.add_argument("--search-variable", choices=("rate", "concurrency"), default="rate",
                    help="what the predicted capacity search raises")
@@ -70,9 +71,7 @@ def _input(args: argparse.Namespace) -> Any:
     # A URL without another calibration source means: probe it (like `bench URL`, this sends load).
     probe = args.probe or bool(args.url and not args.from_result and not args.calibration
                                and args.metrics_window is None)
-    from vllm_tune.tools.slo import GOODPUT_METRICS, parse_slo
-
-    slo = parse_slo(args.slo, allowed=GOODPUT_METRICS).as_dict() if args.slo else {}
+    slo = slo_from_args(args)
     return WhatIfInput(
         url=args.url, from_result=args.from_result, calibration=args.calibration, probe=probe,
         metrics_window_s=args.metrics_window, confirm=args.yes, serve_flags=_pairs(args.serve_flag, "--serve-flag"),
@@ -107,6 +106,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 def _whatif(args: argparse.Namespace) -> int:
     import asyncio
 
+    from vllm_tune.tools.slo import percentile_label
     from vllm_tune.tools.whatif.api import what_if
 
     out = asyncio.run(what_if(_input(args)))
@@ -125,6 +125,10 @@ def _whatif(args: argparse.Namespace) -> int:
     print(f"load: {', '.join(f'{k}={v}' for k, v in out.baseline.load.items())}")
     print()
     print(format_table(out.table))
+    for p in [out.baseline, *out.variants]:
+        if p.capacity is not None and p.capacity.decided_by:
+            print(f"capacity ({p.name}) at {percentile_label(p.capacity.slo_percentile)}: "
+                  + "; ".join(p.capacity.decided_by))
     for p in [out.baseline, *out.variants]:
         for w in p.warnings:
             print(f"warning ({p.name}): {w}")

@@ -19,9 +19,9 @@ _ANNOTATIONS = ToolAnnotations(read_only_hint=True, destructive_hint=False, idem
                                open_world_hint=True)
 
 DESCRIPTION = (
-    "Why is a vLLM deployment slow? Reads /metrics over a window (live url, Prometheus range or saved captures) "
-    "and names the bottleneck by the knowledge base's triage rules, with evidence, actions and knowledge ids; "
-    "slo at slo_percentile is met, violated or undecided (histogram bounds)."
+    "Why is a vLLM deployment slow? Reads /metrics over a window (live url, Prometheus range, saved captures, "
+    "a run_id) and names the bottleneck by the knowledge base's triage rules, with evidence, actions and "
+    "knowledge ids; slo at slo_percentile is met, violated or undecided (histogram bounds)."
 )
 
 
@@ -36,4 +36,5 @@ def register(mcp: MCPServer[Any]) -> None:
     add_model_tool(mcp, name="diagnose_metrics", title="Diagnose a vLLM deployment",
                    description=DESCRIPTION, input_model=DiagnoseInput, output_model=DiagnoseOutput, run=_run,
                    annotations=_ANNOTATIONS, summarize=render_report,
-                   advanced=("prometheus_end", "sample_interval_s", "captured_window_s", "serve_flags", "model"))
+                   advanced=("prometheus_end", "sample_interval_s", "captured_window_s", "serve_flags", "model",
+                             "results_dir"))

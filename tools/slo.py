@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from vllm_tune.tools.errors import BadInputError
 
@@ -84,26 +84,78 @@ def parse_slo(text: str | Iterable[str], *, allowed: Iterable[str] = SLO_METRICS
     """`ttft=500,itl=15`, `ttft:500 tpot:50` (vLLM's --goodput), `ttft_ms=500`, or a list of such items."""
     parts: list[str] = []
     for chunk in ([text] if isinstance(text, str) else list(text)):
+        if not isinstance(chunk, str):
+            raise BadInputError(f"bad SLO {chunk!r}: expected METRIC=MS or METRIC:MS, e.g. ttft=500 or ttft:500")
         parts.extend(p for p in re.split(r"[,\s]+", chunk) if p)
-    keys = set(allowed)
-    values: dict[str, float] = {}
+    pairs: list[tuple[str, object, str]] = []
     for part in parts:
         m = _PAIR.match(part)
         if m is None:
             raise BadInputError(f"bad SLO {part!r}: expected METRIC=MS or METRIC:MS, e.g. ttft=500 or ttft:500")
-        key = m["key"].lower().removesuffix("_ms")
+        pairs.append((m["key"], m["value"], part))
+    return _targets(pairs, allowed)
+
+
+def _targets(pairs: Iterable[tuple[str, object, str]], allowed: Iterable[str]) -> SloTargets:
+    """(key as given, value as given, the item for messages) -> targets; every spelling ends here, so every
+    tool refuses the same bad SLO with the same line."""
+    keys = set(allowed)
+    values: dict[str, float] = {}
+    for raw_key, raw, part in pairs:
+        key = raw_key.lower().removesuffix("_ms")
         if key not in keys:
-            raise BadInputError(f"unknown SLO key {m['key']!r}; expected one of {', '.join(sorted(keys))}")
+            raise BadInputError(f"unknown SLO key {raw_key!r}; expected one of {', '.join(sorted(keys))}")
         try:
-            value = float(m["value"])
-        except ValueError:
-            raise BadInputError(f"bad SLO {part!r}: {m['value']!r} is not a number") from None
+            if isinstance(raw, bool):
+                raise ValueError
+            value = float(raw)  # type: ignore[arg-type]  # a number or its text; anything else is refused
+        except (TypeError, ValueError):
+            raise BadInputError(f"bad SLO {part!r}: {raw!r} is not a number") from None
         if not 0 < value <= MAX_TARGET_MS:
-            raise BadInputError(f"SLO {key}={m['value']} must be a positive number of milliseconds")
+            raise BadInputError(f"SLO {key}={raw} must be a positive number of milliseconds")
         if key in values:
             raise BadInputError(f"SLO {key} given twice")
         values[key] = value
     return SloTargets.model_validate(values)
+
+
+def goodput_slo(value: object) -> dict[str, float]:
+    """The `slo` run_benchmark, what_if and tune take, from any of its spellings: an object of milliseconds
+    (`{"ttft": 500}`, `ttft_ms` keys too), vLLM's `ttft:500 tpot:50`, ours `ttft=500,tpot=50`, or a list of
+    such items. Canonical `{"ttft": 500.0, ...}` in SLO order; only TTFT, TPOT and E2EL, because a request is
+    "good" when it meets every target, per request, as vllm bench serve's --goodput counts it."""
+    if value is None:
+        return {}
+    if isinstance(value, SloTargets):
+        targets = value
+    elif isinstance(value, dict):
+        targets = _targets(((str(k), v, f"{k}={v}") for k, v in value.items()), SLO_METRICS)
+    elif isinstance(value, str | list | tuple):
+        targets = parse_slo(value)
+    else:
+        raise BadInputError(f"bad SLO {value!r}: expected an object of milliseconds such as {{\"ttft\": 500}}, or "
+                            "ttft:500 tpot:50")
+    require_goodput_metrics(targets)
+    return targets.as_dict()
+
+
+def _goodput_field(value: object) -> dict[str, float]:
+    try:
+        return goodput_slo(value)
+    except BadInputError as exc:  # pydantic reports a ValueError as this field's one-line error
+        raise ValueError(str(exc)) from None
+
+
+# The `slo` field of run_benchmark, what_if and tune_start: parsed by goodput_slo, published over MCP as a plain
+# object of numbers (the keys are in each field's description).
+GoodputSlo = Annotated[dict[str, float], BeforeValidator(_goodput_field)]
+
+
+def check_search_slo(slo: dict[str, float], search_capacity: bool) -> None:
+    """A capacity search looks for the highest load that meets the SLO, so it needs one (run_benchmark and
+    what_if both check it here)."""
+    if search_capacity and not slo:
+        raise ValueError("search_capacity needs an SLO, e.g. slo={'ttft': 500} (or ttft:500)")
 
 
 def parse_percentile(text: str | float) -> float:
@@ -182,6 +234,6 @@ def judge_value(metric: SloMetric, target_ms: float, percentile: float, observed
                     decided_by=f"{metric} {label} {observed_ms:.1f} ms {'<=' if met else '>'} {target_ms:g} ms")
 
 
-__all__ = ["DEFAULT_BENCH_PERCENTILE", "DEFAULT_DIAGNOSE_PERCENTILE", "GOODPUT_METRICS", "SLO_METRICS", "SloCheck",
-           "SloMetric", "SloStatus", "SloTargets", "judge_bounds", "judge_value", "parse_percentile", "parse_slo",
-           "percentile_label", "require_goodput_metrics"]
+__all__ = ["DEFAULT_BENCH_PERCENTILE", "DEFAULT_DIAGNOSE_PERCENTILE", "GOODPUT_METRICS", "SLO_METRICS", "GoodputSlo",
+           "SloCheck", "SloMetric", "SloStatus", "SloTargets", "check_search_slo", "goodput_slo", "judge_bounds",
+           "judge_value", "parse_percentile", "parse_slo", "percentile_label", "require_goodput_metrics"]

@@ -91,7 +91,7 @@ def test_goodput_requires_every_slo_and_counts_tpot_zero_for_single_token() -> N
 
 def test_goodput_keys_are_only_ttft_tpot_e2el() -> None:
     assert check_goodput({"ttft": 100, "e2el": 1000}) == {"ttft": 100, "e2el": 1000}
-    with pytest.raises(BadInputError, match="itl"):
+    with pytest.raises(BadInputError, match="ITL is not a per-request value"):
         check_goodput({"itl": 50})
     with pytest.raises(BadInputError):
         check_goodput({"ttft": 0})

@@ -169,7 +169,7 @@ def test_run_folder_without_result_and_unfinished_run_id(tmp_path: Path) -> None
     store.write_status(RunStatus(run_id=RUN_ID, state="running", pid=os.getpid()))
     with pytest.raises(BadInputError, match="state: running"):
         load_run(RUN_ID, str(tmp_path))
-    with pytest.raises(BadInputError, match="no run 20261204-010203-000000"):
+    with pytest.raises(BadInputError, match="no benchmark run 20261204-010203-000000"):
         load_run("20261204-010203-000000", str(tmp_path))
 
 

@@ -24,18 +24,19 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from vllm_tune.tools.bench import arrivals, workloads
 from vllm_tune.tools.bench.capacity import CapacityResult, SearchVariable, search_capacity
 from vllm_tune.tools.bench.client import auth_headers, build_body
-from vllm_tune.tools.bench.metrics import check_goodput, compute_metrics
+from vllm_tune.tools.bench.metrics import compute_metrics, slo_checks
 from vllm_tune.tools.bench.provenance import collect, utc_now
 from vllm_tune.tools.bench.records import RecordLog
 from vllm_tune.tools.bench.runner import CANCELLED as CANCELLED_ERROR
 from vllm_tune.tools.bench.runner import LoadPlan, Progress, check_schedule, choose_workers, run_load, warm_up
-from vllm_tune.tools.bench.server_watch import ServerWatch, attach_diagnosis
+from vllm_tune.tools.bench.server_watch import ServerWatch, attach_diagnosis, save_window
 from vllm_tune.tools.bench.store import ResultStore, RunStatus, StatusWriter, new_run_id, results_dir
 from vllm_tune.tools.errors import BadInputError, TargetError
 from vllm_tune.tools.files import regular_file
 from vllm_tune.tools.net.connect import async_guarded_client
 from vllm_tune.tools.net.http import SecretRedactor, api_key
 from vllm_tune.tools.net.targets import TargetPolicy
+from vllm_tune.tools.slo import GoodputSlo, check_search_slo
 from vllm_tune.tools.surface import say
 
 MAX_REQUESTS = 10_000
@@ -88,8 +89,8 @@ class RunBenchmarkInput(BaseModel):
     ignore_eos: bool = Field(default=True, description="generate exactly output_len tokens")
     warmup_requests: int = Field(default=2, ge=0, le=100, description="unmeasured requests sent first")
     # Plain mutable defaults (pydantic copies them): the MCP registry cannot flatten default_factory fields.
-    slo: dict[str, float] = Field(default={},
-                                  description="SLO in milliseconds, keys ttft, tpot, e2el (goodput and capacity)")
+    slo: GoodputSlo = Field(default={},
+                            description="SLO in milliseconds, keys ttft, tpot, e2el (goodput and capacity)")
     slo_percentile: float = Field(default=99.0, gt=0, lt=100, description="percentile the capacity search checks")
     percentiles: list[float] = Field(default=[50.0, 90.0, 95.0, 99.0], description="percentiles reported")
     search_capacity: bool = Field(default=False, description="find the highest load meeting the SLO")
@@ -120,12 +121,7 @@ class RunBenchmarkInput(BaseModel):
             raise ValueError("a ramp needs both ramp_start_rate and ramp_end_rate")
         if self.ramp_start_rate is not None and self.duration_s is None:
             raise ValueError("a ramp needs duration_s")
-        try:
-            check_goodput(self.slo)
-        except BadInputError as exc:
-            raise ValueError(str(exc)) from None
-        if self.search_capacity and not self.slo:
-            raise ValueError("search_capacity needs an SLO, e.g. slo={'ttft': 500}")
+        check_search_slo(self.slo, self.search_capacity)
         if any(not 0 < p < 100 for p in self.percentiles):
             raise ValueError("percentiles must lie strictly between 0 and 100")
         if self.prefix_len and self.prefix_len >= self.input_len:
@@ -217,6 +213,8 @@ class _Session:
                  policy: TargetPolicy | None = None) -> None:
         self.req, self.base, self.key, self.ctl = req, base, key, ctl
         self.policy = policy
+        # Where the measured window's first and last /metrics scrapes are saved (a plain run's folder).
+        self.scrape_dir: Path | None = None
         self.model = req.model or ""
         self.version: str | None = None
         self.max_model_len: int | None = None
@@ -324,6 +322,15 @@ def _request_count(req: RunBenchmarkInput) -> int:
     return DEFAULT_PROMPTS
 
 
+async def _stop_watch(watch: ServerWatch, s: _Session) -> str | None:
+    """The last scrape, then the window saved for a later diagnose; a cancelled run keeps what it had."""
+    try:
+        await watch.stop()
+    finally:
+        note = save_window(watch, s.scrape_dir, s.base, max_bytes=CONTROL_MAX_BYTES) if s.scrape_dir else None
+    return note
+
+
 async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concurrency: int | None,
                    progress: Progress, stop: Callable[[], bool], report: ProgressCallback | None,
                    phase: str) -> dict[str, Any]:
@@ -356,6 +363,7 @@ async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concur
         await watch.start()
     workers = choose_workers(plan, req.workers)
     reporter = asyncio.create_task(_report_loop(progress, report, phase)) if report else None
+    saved_note: str | None = None
     try:
         outcome = await run_load(plan, workers=workers, stop=stop, progress=progress)
     finally:
@@ -364,12 +372,15 @@ async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concur
             with contextlib.suppress(asyncio.CancelledError):
                 await reporter
         if watch:
-            await watch.stop()
+            saved_note = await _stop_watch(watch, s)
     log = outcome.records
     cancelled_in_flight = [k for k in range(len(log)) if log.error(k) == CANCELLED_ERROR]
     records = log.select(k for k in range(len(log)) if log.error(k) != CANCELLED_ERROR) if cancelled_in_flight else log
     counted = await s.count_missing_usage(records)
-    metrics = compute_metrics(records, outcome.duration, percentiles=req.percentiles, slo_ms=req.slo or None)
+    # The SLO percentile is always computed, so the targets are judged where the caller said (and a capacity
+    # search finds it in every step's result).
+    percentiles = sorted({*req.percentiles, req.slo_percentile}) if req.slo else req.percentiles
+    metrics = compute_metrics(records, outcome.duration, percentiles=percentiles, slo_ms=req.slo or None)
     check = check_schedule(outcome, plan)
     backend = "openai-chat" if req.endpoint == "chat" else "vllm"
     result: dict[str, Any] = {
@@ -393,7 +404,10 @@ async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concur
     if watch:
         window = watch.summary(metrics.get("mean_ttft_ms"), outcome.started_at)
         if window.scrapes:
-            await attach_diagnosis(window, watch, slo_ms=req.slo or {}, serve_flags=req.serve_flags)
+            await attach_diagnosis(window, watch, slo_ms=req.slo, serve_flags=req.serve_flags,
+                                   slo_percentile=req.slo_percentile)
+        if saved_note:
+            window.notes.append(saved_note)
         result["server"] = window.model_dump(mode="json")
         cache_config = window.cache_config
     else:
@@ -410,6 +424,8 @@ async def _measure(s: _Session, *, n: int, seed: int, rate: float | None, concur
     result["provenance"] = prov.model_dump(mode="json")
     if req.slo:
         result["slo_ms"] = dict(req.slo)
+        result["slo_percentile"] = req.slo_percentile
+        result["slo_checks"] = [c.model_dump(mode="json") for c in slo_checks(result, req.slo, req.slo_percentile)]
     return result
 
 
@@ -492,6 +508,7 @@ async def run_benchmark(req: RunBenchmarkInput, *, report: ProgressCallback | No
                 path = store.write_result(rid, full)
             else:
                 n = min(_request_count(req), MAX_REQUESTS)
+                session.scrape_dir = store.run_dir(rid)
                 writer.update(force=True, phase="building prompts", total=n)
                 result = await _measure(session, n=n, seed=req.seed, rate=req.rate, concurrency=req.concurrency,
                                         progress=progress, stop=stop_all, report=on_progress, phase="measure")

@@ -51,6 +51,8 @@ class CapacityResult(BaseModel):
     knee: CurvePoint | None = None
     curve: list[CurvePoint] = Field(default_factory=list)
     stopped_early: str | None = None
+    decided_by: list[str] = Field(default_factory=list, description="the targets and percentile that decided "
+                                  "the capacity: the slowest pass at it, the misses above it")
 
 
 def evaluate(result: dict[str, Any], variable: SearchVariable, value: float, phase: str, slo_ms: dict[str, float],
@@ -182,6 +184,20 @@ class _Search:
         return candidate
 
 
+def _decided_by(slo_ms: dict[str, float], label: str, unit: str, capacity: float | None,
+                pass_runs: list[CurvePoint], lowest_failing: float, fail_runs: list[CurvePoint]) -> list[str]:
+    """Which target at which percentile held at the capacity (its slowest run) and which missed above it."""
+    out = []
+    for key, limit in slo_ms.items():
+        seen = [p.latencies_ms[f"{label}_{key}"] for p in pass_runs if f"{label}_{key}" in p.latencies_ms]
+        if capacity is not None and seen:
+            out.append(f"at {capacity:g} {unit}: {label} {key} up to {max(seen):.1f} ms <= {limit:g} ms in every run")
+    failing = next((p for p in fail_runs if not p.meets_slo), None)
+    if failing is not None:
+        out.append(f"at {lowest_failing:g} {unit}: {'; '.join(failing.violations)}")
+    return out
+
+
 async def search_capacity(measure: Measure, *, variable: SearchVariable, slo_ms: dict[str, float], pct: float,
                           upper: float | None, probe_concurrency: int, max_steps: int = 7, repeats: int = 2,
                           tolerance: float = 0.1, should_stop: Callable[[], bool] = lambda: False) -> CapacityResult:
@@ -196,6 +212,7 @@ async def search_capacity(measure: Measure, *, variable: SearchVariable, slo_ms:
     passes = f"{sum(p.meets_slo for p in pass_runs)}/{len(pass_runs)}" if pass_runs else None
     fails = f"{sum(not p.meets_slo for p in fail_runs)}/{len(fail_runs)}" if fail_runs else None
     unit = "req/s" if variable == "rate" else "concurrent requests"
+    label = percentile_label(pct)
     if capacity is None:
         confidence = f"no tested {variable} met the SLO; the server misses it even at the lowest load tried"
     else:
@@ -204,6 +221,7 @@ async def search_capacity(measure: Measure, *, variable: SearchVariable, slo_ms:
         confidence = f"{capacity:g} {unit} met the SLO in {passes} runs{tail}. Each run had at least {sizes} requests"
         if sizes < 200 and pct >= 99:
             confidence += "; below about 200 requests a p99 is unstable, so treat the boundary as approximate"
+    decided = _decided_by(slo_ms, label, unit, capacity, pass_runs, s.hi_fail, fail_runs)
     cap_tp = max((p.achieved_request_throughput for p in pass_runs), default=None)
     measured = [p for p in s.curve if p.phase != "probe"]
     return CapacityResult(variable=variable, slo_ms=slo_ms, slo_percentile=pct, capacity=capacity,
@@ -211,4 +229,4 @@ async def search_capacity(measure: Measure, *, variable: SearchVariable, slo_ms:
                           lowest_failing=s.hi_fail if math.isfinite(s.hi_fail) else None, max_throughput=s.max_tp,
                           passes_at_capacity=passes, fails_at_lowest_failing=fails, confidence=confidence,
                           knee=knee(measured, pct), curve=s.curve,
-                          stopped_early="cancelled" if should_stop() else s.stopped)
+                          stopped_early="cancelled" if should_stop() else s.stopped, decided_by=decided)

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from vllm_tune.tools.bench.records import RecordLog, RequestRecord
-from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.slo import SloCheck, SloMetric, goodput_slo, judge_value
 
 GOODPUT_KEYS = ("ttft", "tpot", "e2el")
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
@@ -53,13 +53,19 @@ def percentile_label(p: float) -> str:
 
 
 def check_goodput(slo_ms: dict[str, float]) -> dict[str, float]:
-    for key, value in slo_ms.items():
-        if key not in GOODPUT_KEYS:
-            raise BadInputError(f"SLO key {key!r} is not supported; goodput takes only ttft, tpot and e2el "
-                                "(milliseconds), like vllm bench serve")
-        if not value > 0:
-            raise BadInputError(f"SLO {key}={value} must be a positive number of milliseconds")
-    return dict(slo_ms)
+    """The SLO in its canonical form, refused with the one vocabulary's message (tools/slo.py)."""
+    return goodput_slo(slo_ms)
+
+
+def slo_checks(result: dict[str, Any], slo_ms: dict[str, float], pct: float) -> list[SloCheck]:
+    """Each target judged at the SLO percentile of a result (exact per-request percentiles): which target, at
+    which percentile, decided what. Goodput itself counts requests meeting every target, per request."""
+    out = []
+    for key, limit in slo_ms.items():
+        got = result.get(f"{percentile_label(pct)}_{key}_ms")
+        metric: SloMetric = key  # type: ignore[assignment]  # goodput_slo admits only SLO metric names
+        out.append(judge_value(metric, limit, pct, float(got) if isinstance(got, int | float) else None))
+    return out
 
 
 def _tpot(log: RecordLog, k: int) -> float | None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from vllm_tune.tools.bench.api import BenchmarkResultsOutput, RunBenchmarkOutput
+from vllm_tune.tools.slo import percentile_label
 
 
 def render_summary(out: RunBenchmarkOutput) -> str:
@@ -31,6 +34,7 @@ def render_summary(out: RunBenchmarkOutput) -> str:
             for key, value in d.items():
                 if key.endswith(f"_{metric}_ms") and not key.startswith("std_"):
                     lines.append(f"{key:<42}{value:>14.2f}")
+        lines.extend(_slo_lines(d))
         check = d.get("client_check", {})
         lines.append(f"{' Client self-check ':-^56}")
         lines.append(f"{'p99 schedule lag (ms)':<42}{check.get('p99_lag_ms', 0.0):>14.2f}")
@@ -51,6 +55,9 @@ def render_summary(out: RunBenchmarkOutput) -> str:
             lines.append(f"  {p.phase:<8} {var}={p.value:<9.4g} achieved {p.achieved_request_throughput:8.2f} req/s "
                   f"{mark} {'; '.join(p.violations)}")
         lines.append(f"capacity: {c.capacity}  ({c.confidence})")
+        targets = ", ".join(f"{k}<={v:g} ms" for k, v in c.slo_ms.items())
+        lines.append(f"SLO {targets} at {percentile_label(c.slo_percentile)}"
+                     + (f"; decided by: {'; '.join(c.decided_by)}" if c.decided_by else ""))
         if c.knee:
             lines.append(f"knee of the latency-throughput curve: {c.variable}={c.knee.value:g} "
                   f"({c.knee.achieved_request_throughput:.2f} req/s)")
@@ -58,6 +65,18 @@ def render_summary(out: RunBenchmarkOutput) -> str:
         lines.append(f"warning: {w}")
     lines.append(f"run id {out.run_id}; results: {out.result_path}")
     return "\n".join(lines)
+
+
+def _slo_lines(d: dict[str, Any]) -> list[str]:
+    """Which targets decided goodput (every one, per request) and how each fared at the SLO percentile."""
+    slo = d.get("slo_ms") or {}
+    if not slo:
+        return []
+    targets = ", ".join(f"{k}<={v:g} ms" for k, v in slo.items())
+    lines = [f"{' SLO ':-^56}", f"goodput counts requests meeting every target ({targets}), per request"]
+    for check in d.get("slo_checks") or []:
+        lines.append(f"{check['status']}: {check['decided_by']}")
+    return lines
 
 
 _SAVED_ROWS = ("completed", "failed", "duration", "request_throughput", "request_goodput", "output_throughput",

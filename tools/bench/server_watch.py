@@ -15,7 +15,8 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, Field
@@ -141,10 +142,13 @@ class ServerWatch:
         self.errors = 0
         self.first_text = ""
         self.last_text = ""
+        self.first_unix = 0.0
+        self.last_unix = 0.0
         self._task: asyncio.Task[None] | None = None
         self._t0 = time.perf_counter()
 
     async def _scrape(self) -> None:
+        sent = time.time()
         try:
             response = await self.client.get("/metrics")
             if response.status_code != 200:
@@ -154,9 +158,10 @@ class ServerWatch:
         except httpx.HTTPError:
             self.errors += 1
             return
+        stamp = (sent + time.time()) / 2  # as `vllm-tune capture` dates a scrape: the request's midpoint
         if not self.first_text:
-            self.first_text = text
-        self.last_text = text
+            self.first_text, self.first_unix = text, stamp
+        self.last_text, self.last_unix = text, stamp
         self.scrapes.append(parse_scrape(text, time.perf_counter()))
 
     async def _loop(self) -> None:
@@ -235,6 +240,26 @@ class ServerWatch:
         return w
 
 
+def save_window(watch: ServerWatch, folder: Path, url: str, *, max_bytes: int) -> str | None:
+    """The first and last scrape of the window as `vllm-tune capture` saves a pair (before.prom, after.prom,
+    capture.json), so `diagnose --run` reads the run's window later; a note when there is nothing to save.
+    Each text already came through a fetch capped at `max_bytes`; the cap is checked again so a saved run
+    never holds more than that per file."""
+    from vllm_tune.tools.diagnose.capture import write_capture
+    from vllm_tune.tools.errors import BadInputError
+
+    if len(watch.scrapes) < 2:
+        return "fewer than two /metrics scrapes: the window's scrapes were not saved"
+    if max(len(watch.first_text.encode()), len(watch.last_text.encode())) > max_bytes:
+        return f"a /metrics scrape is larger than {max_bytes} bytes: the window's scrapes were not saved"
+    try:
+        write_capture(folder, url, (watch.first_text, watch.first_unix), (watch.last_text, watch.last_unix),
+                      written_by="vllm-tune bench")
+    except BadInputError as exc:
+        return f"the window's scrapes were not saved: {exc}"
+    return None
+
+
 def _known_flags(flags: dict[str, str]) -> dict[str, int | bool]:
     """The serve flags the caller recorded, as diagnose's ServeFlags fields (metrics do not export them)."""
     ints = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "tensor_parallel_size")
@@ -250,21 +275,29 @@ def _known_flags(flags: dict[str, str]) -> dict[str, int | bool]:
 
 
 async def attach_diagnosis(window: ServerWindow, watch: ServerWatch, *, slo_ms: dict[str, float],
-                           serve_flags: dict[str, str]) -> None:
-    """diagnose_metrics on the run's own window: the first and last scrape, the time between them, the SLO and
-    the flags the caller recorded. A failure is a note; it never costs the measured run."""
+                           serve_flags: dict[str, str], slo_percentile: float = 90.0) -> None:
+    """diagnose_metrics on the run's own window: the first and last scrape, the time between them, the run's SLO
+    at its percentile (where buckets can judge one: p50, p90, p95, p99) and the flags the caller recorded.
+    A failure is a note; it never costs the measured run."""
     from vllm_tune.tools.diagnose.api import DiagnoseInput, MetricsText, diagnose_metrics
     from vllm_tune.tools.diagnose.models import ServeFlags, SloTargets
 
     if len(watch.scrapes) < 2:
         window.notes.append("fewer than two /metrics scrapes: no diagnosis for the window")
         return
+    # The run's SLO is judged where the run states it; without one, diagnose's default targets keep its p90.
+    pct: Literal[50, 90, 95, 99] = 90
+    if slo_ms and slo_percentile in (50, 90, 95, 99):
+        pct = int(slo_percentile)  # type: ignore[assignment]  # one of the four, checked just above
+    elif slo_ms:
+        window.notes.append(f"the diagnosis judges the SLO at p90: histogram buckets support p50, p90, p95 or "
+                            f"p99, not p{slo_percentile:g}")
     try:
         request = DiagnoseInput(
             metrics=[MetricsText(name="run start", text=watch.first_text),
                      MetricsText(name="run end", text=watch.last_text)],
             window_s=max(0.0, watch.scrapes[-1].t - watch.scrapes[0].t),
-            slo=SloTargets(**{f"{k}_ms": v for k, v in slo_ms.items() if k in ("ttft", "tpot", "e2el")}),
+            slo=SloTargets.model_validate(slo_ms), slo_percentile=pct,
             serve_flags=ServeFlags(**_known_flags(serve_flags)))
         result = await diagnose_metrics(request)
         window.diagnosis = result.model_dump(mode="json")

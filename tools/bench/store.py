@@ -1,7 +1,9 @@
 """Results on disk and background runs: one folder per run id under the results directory.
 
 Layout: <dir>/<run_id>/status.json (state and progress, rewritten while running) and
-<dir>/<run_id>/result.json (the `vllm bench serve`-compatible result plus our blocks). A background
+<dir>/<run_id>/result.json (the `vllm bench serve`-compatible result plus our blocks); a plain run that
+scraped /metrics also leaves the first and last scrape of its measured window there as `vllm-tune capture`
+writes a pair (before.prom, after.prom, capture.json), which `diagnose --run RUN_ID` reads. A background
 run lives in the process that started it (the MCP server); its files outlive that process, so status
 and results stay readable after a restart, and a run whose process died is reported as such.
 """
@@ -85,9 +87,16 @@ class ResultStore:
             status.started_utc = status.updated_utc
         self._write(self.run_dir(status.run_id) / "status.json", status.model_dump_json(indent=1))
 
+    def find_run(self, run_id: str) -> Path:
+        """The folder of an existing run: the one lookup of a run id for every tool that takes one."""
+        folder = self.run_dir(run_id)
+        allowed(folder, "run folder")  # over MCP the results folder is a caller's argument
+        if not folder.is_dir():
+            raise BadInputError(f"no benchmark run {run_id} under {self.root}")
+        return folder
+
     def read_status(self, run_id: str) -> RunStatus:
-        path = self.run_dir(run_id) / "status.json"
-        allowed(path.parent, "run folder")  # over MCP the results folder is a caller's argument
+        path = self.find_run(run_id) / "status.json"
         if not path.is_file():
             raise BadInputError(f"no benchmark run {run_id} under {self.root}")
         status = RunStatus.model_validate_json(read_text(path, limit=MAX_STATUS_BYTES, what="run status"))

@@ -79,16 +79,13 @@ def resolve(ref: str, results: str | None = None) -> Path:
             raise BadInputError(f"{text}: folder has no result.json (is the run still going, or did it fail?)")
     if _RUN_ID.match(text):
         store = ResultStore(results_dir(results))
-        inner = store.run_dir(text) / "result.json"
-        allowed(inner.parent, "run folder")
+        inner = store.find_run(text) / "result.json"
         if inner.is_file():
             return inner
-        if inner.parent.is_dir():
-            state: str = "unknown"
-            with contextlib.suppress(BadInputError, ValueError):  # a torn status file still deserves one line
-                state = store.read_status(text).state
-            raise BadInputError(f"run {text} has no result.json yet (state: {state})")
-        raise BadInputError(f"no run {text} under {store.root}")
+        state: str = "unknown"
+        with contextlib.suppress(BadInputError, ValueError):  # a torn status file still deserves one line
+            state = store.read_status(text).state
+        raise BadInputError(f"run {text} has no result.json yet (state: {state})")
     raise BadInputError(f"{text}: no such file, run folder or run id")
 
 

@@ -75,6 +75,8 @@ class DiagnoseInput(BaseModel):
     metrics_files: list[str] = Field(default=[], max_length=2, description="saved /metrics files (paths): one, or "
                                      "two earlier first; capture.json beside them gives the window")
     log_file: str | None = Field(default=None, description="vLLM server log file (path)")
+    run_id: str | None = Field(default=None, description="run_benchmark run id: its saved window")
+    results_dir: str | None = Field(default=None, description="where run_id is looked up")
     window_s: float | None = Field(default=None, ge=0, le=86_400, description="window, s: live scrape (default 10), "
                                    "Prometheus range (default 300) or between two saved scrapes")
     sample_interval_s: float = Field(default=1.0, ge=0.2, le=60, description="live gauge sampling interval")
@@ -91,8 +93,12 @@ class DiagnoseInput(BaseModel):
     @model_validator(mode="after")
     def _has_input(self) -> DiagnoseInput:
         if not (self.url or self.prometheus_url or self.metrics or self.log_text or self.metrics_files
-                or self.log_file):
-            raise ValueError("give at least one of: url, prometheus_url, metrics, metrics_files, log_text, log_file")
+                or self.log_file or self.run_id):
+            raise ValueError("give at least one of: url, prometheus_url, metrics, metrics_files, run_id, log_text, "
+                             "log_file")
+        if self.run_id and (self.url or self.prometheus_url or self.metrics or self.metrics_files):
+            raise ValueError("run_id names the window to diagnose: give it without url, prometheus_url, metrics "
+                             "or metrics_files")
         if self.metrics and self.metrics_files:
             raise ValueError("give saved scrapes either as metrics (text) or as metrics_files (paths), not both")
         if self.log_text is not None and len(self.log_text) > MAX_LOG_BYTES:
@@ -440,6 +446,9 @@ SAVED_FILE_LIMIT = 64 * 1024 * 1024
 def with_saved_files(request: DiagnoseInput) -> DiagnoseInput:
     """metrics_files and log_file read into texts, capped while reading and, over MCP, only under the file
     roots; the window of a `vllm-tune capture` pair comes from its capture.json."""
+    if request.run_id:
+        request = request.model_copy(update={"metrics_files": run_scrapes(request.run_id, request.results_dir),
+                                             "run_id": None})
     if not (request.metrics_files or request.log_file):
         return request
     from vllm_tune.tools.diagnose.capture import captured_window
@@ -455,6 +464,21 @@ def with_saved_files(request: DiagnoseInput) -> DiagnoseInput:
     if request.log_file:
         update["log_text"] = read_text(request.log_file, limit=SAVED_FILE_LIMIT, what="log file", errors="replace")
     return request.model_copy(update=update)
+
+
+def run_scrapes(run_id: str, results: str | None = None) -> list[str]:
+    """The saved first and last /metrics scrape of a run_benchmark run (its capture.json beside them), found
+    the way every run id is found (the results directory, held to the file roots)."""
+    from vllm_tune.tools.bench.store import ResultStore, results_dir
+    from vllm_tune.tools.diagnose.capture import AFTER, BEFORE, META
+
+    folder = ResultStore(results_dir(results)).find_run(run_id)
+    files = [folder / BEFORE, folder / AFTER]
+    if not all(f.is_file() for f in (*files, folder / META)):
+        raise BadInputError(f"benchmark run {run_id} has no saved /metrics scrapes (runs with scrape_metrics off, "
+                            "capacity searches, runs with fewer than two scrapes and runs saved by older "
+                            "versions keep none)")
+    return [str(f) for f in files]
 
 
 def diagnose_texts(texts: list[tuple[str, str]], *, window_s: float | None = None, log_text: str | None = None,

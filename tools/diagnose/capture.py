@@ -59,16 +59,25 @@ async def capture(url: str, window_s: float, out_dir: Path, *, policy: TargetPol
         before, t_before = await _scrape(client, metrics)
         await anyio.sleep(max(0.0, window_s - (time.time() - t_before)))
         after, t_after = await _scrape(client, metrics)
+    return write_capture(out_dir, base, (before, t_before), (after, t_after), written_by="vllm-tune capture")
+
+
+def write_capture(out_dir: Path, url: str, before: tuple[str, float], after: tuple[str, float], *,
+                  written_by: str) -> CaptureResult:
+    """before.prom and after.prom (each dated by its first line) and capture.json, the layout diagnose reads a
+    window from; `before`/`after` are (exposition text, unix time of the scrape). run_benchmark writes its
+    measured window the same way, so a run can be diagnosed again later."""
+    (text_before, t_before), (text_after, t_after) = before, after
     paths = {name: out_dir / name for name in (BEFORE, AFTER, META)}
-    result = CaptureResult(url=base, window_s=round(t_after - t_before, 3), before_unix=round(t_before, 3),
+    result = CaptureResult(url=url, window_s=round(t_after - t_before, 3), before_unix=round(t_before, 3),
                            after_unix=round(t_after, 3), before=str(paths[BEFORE]), after=str(paths[AFTER]),
                            meta=str(paths[META]))
-    meta = {"url": base, "window_s": result.window_s, "before_unix": result.before_unix,
+    meta = {"url": url, "window_s": result.window_s, "before_unix": result.before_unix,
             "after_unix": result.after_unix, "files": {"before": BEFORE, "after": AFTER},
-            "written_by": "vllm-tune capture"}
+            "written_by": written_by}
     try:
-        paths[BEFORE].write_text(capture_header(t_before, base) + before, encoding="utf-8")
-        paths[AFTER].write_text(capture_header(t_after, base) + after, encoding="utf-8")
+        paths[BEFORE].write_text(capture_header(t_before, url) + text_before, encoding="utf-8")
+        paths[AFTER].write_text(capture_header(t_after, url) + text_after, encoding="utf-8")
         paths[META].write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
         raise BadInputError(f"cannot write into {out_dir}: {exc.strerror or exc}") from None

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from vllm_tune.tools.slo import GoodputSlo
+
 Goal = Literal["latency", "throughput"]
 TrialStatus = Literal["proposed", "measured", "failed", "rejected"]
 SessionState = Literal["needs-measurement", "ready-for-next", "done"]
@@ -35,7 +37,7 @@ class TuneStartInput(BaseModel):
     command: str = Field(description="base `vllm serve ...` command; pin the flags to tune (--max-num-seqs 64); "
                                      "no --api-key (export VLLM_API_KEY)")
     goal: Goal = Field(default="latency", description="latency: lower the SLO percentile; throughput: raise goodput")
-    slo: dict[str, float] = Field(default={}, description="targets in ms: ttft, tpot, e2el")
+    slo: GoodputSlo = Field(default={}, description="targets in ms: ttft, tpot, e2el")
     slo_percentile: float = Field(default=99.0, gt=0, lt=100, description="percentile the SLO is judged at")
     workload: TuneWorkload = Field(description="load every trial is measured with")
     levers: list[str] = Field(default=[], description="flags the loop may change (default: by goal)")

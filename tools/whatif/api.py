@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vllm_tune.tools.bench.api import MAX_REQUESTS, BenchResult, RunBenchmarkInput, check_target
 from vllm_tune.tools.bench.capacity import CapacityResult, SearchVariable, search_capacity
-from vllm_tune.tools.bench.metrics import check_goodput
 from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.slo import GoodputSlo, check_search_slo
 from vllm_tune.tools.whatif import calibrate as cal_mod
 from vllm_tune.tools.whatif.calibrate import Calibration
 from vllm_tune.tools.whatif.results import load_from_request, summarize
@@ -62,7 +62,7 @@ class WhatIfInput(BaseModel):
     input_len: int | None = Field(default=None, ge=1, le=1_000_000, description="prompt tokens")
     output_len: int | None = Field(default=None, ge=1, le=1_000_000, description="output tokens")
     seed: int = Field(default=0, description="arrivals seed")
-    slo: dict[str, float] = Field(default={}, description="SLO in ms (ttft, tpot, e2el) for goodput")
+    slo: GoodputSlo = Field(default={}, description="SLO in ms (ttft, tpot, e2el) for goodput")
     percentiles: list[float] = Field(default=[50.0, 90.0, 99.0], description="percentiles reported")
     search_capacity: bool = Field(default=False, description="also predict the SLO capacity of each variant")
     search_variable: SearchVariable = Field(default="rate", description="what the search raises")
@@ -81,12 +81,7 @@ class WhatIfInput(BaseModel):
             raise ValueError("probe and metrics_window_s need url")
         if sum(x is not None for x in (self.concurrency, self.rate, self.trace)) > 1:
             raise ValueError("choose one load shape: concurrency, rate or trace")
-        try:
-            check_goodput(self.slo)
-        except BadInputError as exc:
-            raise ValueError(str(exc)) from None
-        if self.search_capacity and not self.slo:
-            raise ValueError("search_capacity needs an SLO, e.g. slo={'ttft': 500}")
+        check_search_slo(self.slo, self.search_capacity)
         return self
 
 
