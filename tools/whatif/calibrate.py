@@ -93,6 +93,9 @@ class Observed:
     label: str
     load: Load
     result: dict[str, Any]
+    # The scheduler settings this run was served with, when they differ between runs (saved results of
+    # servers started with other flags); None: the calibration's engine.
+    engine: EngineConfig | None = None
 
 
 def _flag(flags: dict[str, str], name: str) -> str | None:
@@ -264,7 +267,7 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
     usable = [True, True, True, use_context, True, True]
 
     def tr_of(obs: Observed, m: StepModel) -> Trace:
-        return run(engine, m, obs.load, keep_windows=True)
+        return run(obs.engine or engine, m, obs.load, keep_windows=True)
 
     rounds = 0
     converged = False
@@ -306,8 +309,8 @@ RESIDUAL_METRICS = ("request_throughput", "median_ttft_ms", "median_tpot_ms", "m
 def residuals(cal: Calibration, observed: list[Observed]) -> list[Residual]:
     out: list[Residual] = []
     for obs in observed:
-        sim = summarize(run(cal.engine, cal.step_model, obs.load), obs.load, cal.engine, cal.step_model,
-                        percentiles=[50.0, 90.0])
+        eng = obs.engine or cal.engine
+        sim = summarize(run(eng, cal.step_model, obs.load), obs.load, eng, cal.step_model, percentiles=[50.0, 90.0])
         for metric in RESIDUAL_METRICS:
             measured = obs.result.get(metric)
             if not measured:
@@ -360,25 +363,44 @@ async def calibrate_by_probe(url: str, **kwargs: Any) -> Calibration:
 
 def calibrate_from_results(paths: list[str], *, serve_flags: dict[str, str] | None = None,
                            engine: EngineConfig | None = None) -> Calibration:
-    """Fit on saved run_benchmark results (result.json files or run directories); sends nothing."""
+    """Fit on saved run_benchmark results (result.json files or run directories); sends nothing.
+
+    Each run is simulated with the scheduler flags it recorded (runs of servers started with other
+    --max-num-seqs or --max-num-batched-tokens calibrate one step model); `serve_flags` from the caller
+    override what every run recorded. The calibration's engine is the first run's."""
     observed: list[Observed] = []
-    cache_config: dict[str, str] = {}
-    max_model_len: int | None = None
-    recorded: dict[str, str] = {}
+    per_run: list[dict[str, str]] = []
+    first_cache: dict[str, str] = {}
+    first_len: int | None = None
     for p in paths:
         result = read_result(p)
-        observed.append(observed_from_result(result, Path(p).stem if Path(p).is_file() else Path(p).name))
-        cache_config = cache_config or dict((result.get("server") or {}).get("cache_config") or {})
+        obs = observed_from_result(result, Path(p).stem if Path(p).is_file() else Path(p).name)
+        cache_config = dict((result.get("server") or {}).get("cache_config") or {})
         prov = result.get("provenance") or {}
-        max_model_len = max_model_len or prov.get("max_model_len")
+        first_cache = first_cache or cache_config
+        first_len = first_len or prov.get("max_model_len")
+        recorded: dict[str, str] = {}
         for block in ("serve_flags_from_metrics", "serve_flags_from_caller"):  # the caller's win: they know more
-            if p == paths[0] and isinstance(prov.get(block), dict):
+            if isinstance(prov.get(block), dict):
                 recorded.update({str(k): str(v) for k, v in prov[block].items()})
-    # The flags the run recorded are the server's, unless the caller says otherwise: guessing vLLM's defaults
-    # for a server that ran with --max-num-seqs 2 would fit the step times to the wrong batch sizes.
-    flags = {**recorded, **(serve_flags or {})}
-    eng = engine or engine_from(cache_config, flags, max_model_len)
-    return fit(observed, eng, source="results", conditions={"results": list(paths), "serve_flags": flags})
+        # The flags the run recorded are the server's, unless the caller says otherwise: guessing vLLM's defaults
+        # for a server that ran with --max-num-seqs 2 would fit the step times to the wrong batch sizes.
+        flags = {**recorded, **(serve_flags or {})}
+        obs.engine = engine or engine_from(cache_config or first_cache, flags, prov.get("max_model_len") or first_len)
+        observed.append(obs)
+        per_run.append(flags)
+    if not observed:
+        raise BadInputError("calibration needs at least one saved result")
+    eng = observed[0].engine
+    assert eng is not None
+    scheduler = [{k: v for k, v in f.items() if k.lstrip("-").replace("-", "_") in SCHEDULER_FLAGS} for f in per_run]
+    return fit(observed, eng, source="results",
+               conditions={"results": list(paths), "serve_flags": per_run[0], "run_scheduler_flags": scheduler})
+
+
+# Recorded serve flags that set a run's scheduling (what differs between runs of one calibration).
+SCHEDULER_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold", "num_gpu_blocks_override",
+                   "max_model_len")
 
 
 def read_result(path: str) -> dict[str, Any]:
