@@ -51,6 +51,7 @@ class CapacityResult(BaseModel):
     knee: CurvePoint | None = None
     curve: list[CurvePoint] = Field(default_factory=list)
     stopped_early: str | None = None
+    simulated: bool = Field(default=False, description="true: every point was simulated by what_if, none sent")
 
 
 def evaluate(result: dict[str, Any], variable: SearchVariable, value: float, phase: str, slo_ms: dict[str, float],
