@@ -306,19 +306,28 @@ def _name(changes: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in changes.items()) or "baseline"
 
 
+def predict_values(calibration: Calibration, changes: dict[str, str], *, load: dict[str, Any],
+                   metric: str = "output_throughput") -> tuple[float, float]:
+    """`metric` simulated for the unchanged server (calibration.engine) and with `changes` applied, same load."""
+    req = WhatIfInput(calibration="-", **{k: v for k, v in load.items() if k in WhatIfInput.model_fields})
+    base_req = _base_request(req, None)
+    base = _predict("baseline", {}, calibration, calibration.engine, base_req, req)
+    cand = _predict("candidate", changes, calibration, calibration.engine, base_req, req)
+    b, c = base.result.model_dump().get(metric), cand.result.model_dump().get(metric)
+    if b is None or c is None:
+        raise BadInputError(f"metric {metric!r} is not in a simulated result")
+    return float(b), float(c)
+
+
 def predict_gain(calibration: Calibration, changes: dict[str, str], *, load: dict[str, Any],
                  metric: str = "output_throughput") -> float:
     """Predicted relative change of `metric` when `changes` (scheduler flags and/or load) are applied.
 
     For the tuning loop: order candidate trials by this value. Positive means better (higher throughput,
     or lower latency for *_ms metrics). `load` holds run_benchmark load fields (concurrency or rate,
-    input_len, output_len, num_prompts)."""
-    req = WhatIfInput(calibration="-", **{k: v for k, v in load.items() if k in WhatIfInput.model_fields})
-    base_req = _base_request(req, None)
-    base = _predict("baseline", {}, calibration, calibration.engine, base_req, req)
-    cand = _predict("candidate", changes, calibration, calibration.engine, base_req, req)
-    b, c = base.result.model_dump().get(metric), cand.result.model_dump().get(metric)
-    if not b or c is None:
-        raise BadInputError(f"metric {metric!r} is not in a simulated result")
-    change = (float(c) - float(b)) / float(b)
+    input_len, output_len, num_prompts) and may hold percentiles and slo."""
+    b, c = predict_values(calibration, changes, load=load, metric=metric)
+    if not b:
+        raise BadInputError(f"metric {metric!r} is 0 in the simulated baseline: no relative change")
+    change = (c - b) / b
     return -change if metric.endswith("_ms") else change

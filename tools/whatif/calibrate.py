@@ -362,17 +362,21 @@ async def calibrate_by_probe(url: str, **kwargs: Any) -> Calibration:
 
 
 def calibrate_from_results(paths: list[str], *, serve_flags: dict[str, str] | None = None,
-                           engine: EngineConfig | None = None) -> Calibration:
+                           engine: EngineConfig | None = None,
+                           run_flags: list[dict[str, str]] | None = None) -> Calibration:
     """Fit on saved run_benchmark results (result.json files or run directories); sends nothing.
 
     Each run is simulated with the scheduler flags it recorded (runs of servers started with other
-    --max-num-seqs or --max-num-batched-tokens calibrate one step model); `serve_flags` from the caller
-    override what every run recorded. The calibration's engine is the first run's."""
+    --max-num-seqs or --max-num-batched-tokens calibrate one step model); `run_flags[i]`, when given,
+    overrides what run i recorded, and `serve_flags` what every run recorded. The calibration's engine is
+    the first run's."""
     observed: list[Observed] = []
     per_run: list[dict[str, str]] = []
     first_cache: dict[str, str] = {}
     first_len: int | None = None
-    for p in paths:
+    if run_flags is not None and len(run_flags) != len(paths):
+        raise BadInputError("run_flags needs one set of flags per result")
+    for i, p in enumerate(paths):
         result = read_result(p)
         obs = observed_from_result(result, Path(p).stem if Path(p).is_file() else Path(p).name)
         cache_config = dict((result.get("server") or {}).get("cache_config") or {})
@@ -385,7 +389,7 @@ def calibrate_from_results(paths: list[str], *, serve_flags: dict[str, str] | No
                 recorded.update({str(k): str(v) for k, v in prov[block].items()})
         # The flags the run recorded are the server's, unless the caller says otherwise: guessing vLLM's defaults
         # for a server that ran with --max-num-seqs 2 would fit the step times to the wrong batch sizes.
-        flags = {**recorded, **(serve_flags or {})}
+        flags = {**recorded, **(run_flags[i] if run_flags else {}), **(serve_flags or {})}
         obs.engine = engine or engine_from(cache_config or first_cache, flags, prov.get("max_model_len") or first_len)
         observed.append(obs)
         per_run.append(flags)
