@@ -140,3 +140,7 @@ async def test_mcp_run_benchmark_simulates_without_asking_or_sending(calibration
             "url": "http://203.0.113.9:8000", "search_capacity": True, "slo": SLO, "simulate": f"{calibration},verify",
             "save_result": str(tmp_path / "res")})
         assert refused.is_error and "203.0.113.9" in refused.content[0].text  # type: ignore[union-attr]
+        # A file outside the allowed roots is not read (the same line whether it exists or not).
+        outside = await client.call_tool("run_benchmark", {
+            "url": NOBODY, "search_capacity": True, "slo": SLO, "simulate": "/etc/hostname"})
+        assert outside.is_error and "not under the allowed file roots" in outside.content[0].text  # type: ignore[union-attr]

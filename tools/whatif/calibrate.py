@@ -25,7 +25,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from vllm_tune.tools.bench.api import RunBenchmarkInput, check_target, run_benchmark
+from vllm_tune.tools.bench.store import MAX_RESULT_BYTES
 from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.files import allowed, read_text
 from vllm_tune.tools.whatif.fit import nonnegative_least_squares
 from vllm_tune.tools.whatif.results import load_from_request, summarize
 from vllm_tune.tools.whatif.simulate import (
@@ -408,17 +410,16 @@ SCHEDULER_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "long_prefill_token
 
 
 def read_result(path: str) -> dict[str, Any]:
-    p = Path(path)
+    """A saved run_benchmark result (a result.json or its run folder), read within the caller's file roots."""
+    p = allowed(path, "result")
     if p.is_dir():
         p = p / "result.json"
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInputError(f"cannot read result {p}: {exc.strerror}") from None
+        data = json.loads(read_text(p, limit=MAX_RESULT_BYTES, what="result"))
     except ValueError:
-        raise BadInputError(f"{p} is not a JSON result") from None
+        raise BadInputError(f"{path} is not a JSON result") from None
     if not isinstance(data, dict):
-        raise BadInputError(f"{p} is not a run_benchmark result")
+        raise BadInputError(f"{path} is not a run_benchmark result")
     return data
 
 
@@ -430,10 +431,8 @@ def save(cal: Calibration, path: str | Path) -> Path:
 
 
 def load_calibration(path: str | Path) -> Calibration:
-    p = Path(path)
+    text = read_text(path, limit=MAX_RESULT_BYTES, what="calibration")
     try:
-        return Calibration.model_validate_json(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInputError(f"cannot read calibration {p}: {exc.strerror}") from None
+        return Calibration.model_validate_json(text)
     except ValueError as exc:
-        raise BadInputError(f"{p} is not a what_if calibration: {str(exc).splitlines()[0]}") from None
+        raise BadInputError(f"{path} is not a what_if calibration: {str(exc).splitlines()[0]}") from None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from vllm_tune.tools.bench.api import (
@@ -24,8 +23,9 @@ from vllm_tune.tools.bench.api import (
 )
 from vllm_tune.tools.bench.capacity import CapacityResult, CurvePoint, evaluate
 from vllm_tune.tools.bench.simulated import SimulatedSearch, VerifyRun
-from vllm_tune.tools.bench.store import ResultStore, RunStatus, StatusWriter, new_run_id, results_dir
+from vllm_tune.tools.bench.store import MAX_RESULT_BYTES, ResultStore, RunStatus, StatusWriter, new_run_id, results_dir
 from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.files import allowed, read_text
 from vllm_tune.tools.net.targets import TargetPolicy
 from vllm_tune.tools.whatif.api import WhatIfInput, calibrate_for, engine_for, range_warnings, simulate_capacity
 from vllm_tune.tools.whatif.calibrate import DEFAULT_PROBE, Calibration
@@ -49,12 +49,13 @@ class Spec:
 
 
 def _is_calibration(path: str) -> bool:
-    p = Path(path)
+    """A saved calibration rather than a result (read within the caller's file roots, like every file)."""
+    p = allowed(path, "calibration or result")
     if p.is_dir() or p.suffix != ".json":
         return False
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_text(p, limit=MAX_RESULT_BYTES, what="calibration or result"))
+    except ValueError:
         return False  # the result reader says what is wrong with it
     return isinstance(data, dict) and "step_model" in data
 
