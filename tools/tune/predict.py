@@ -47,8 +47,8 @@ def calibrate(state: TuneState, table: FlagTable) -> tuple[SessionCalibration | 
     paths = [str(t.result_path) for t in same]
     try:
         cal = calibrate_from_results(paths, run_flags=[_pinned(t.command, table) for t in same])
-    except BadInputError as exc:
-        return None, f"what_if could not calibrate on the session's runs: {exc}"
+    except (BadInputError, ValueError) as exc:  # ValueError: a result whose recorded load does not validate
+        return None, f"what_if could not calibrate on the session's runs: {str(exc).splitlines()[0]}"
     return SessionCalibration(cal, paths, [t.id for t in same]), \
         f"what_if calibrated on trial(s) {', '.join(str(t.id) for t in same)}"
 
@@ -66,7 +66,7 @@ def predict(sc: SessionCalibration, state: TuneState, table: FlagTable, best_com
     changes = {LEVERS[flag].dest: value for flag, value in cand.changes.items()}
     try:
         before, after = predict_values(cal, changes, load=load, metric=state.objective)
-    except BadInputError:
+    except (BadInputError, ValueError):  # a change or load the simulation cannot take: no prediction
         return None
     if not before:
         return None
