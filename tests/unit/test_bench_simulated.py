@@ -76,9 +76,11 @@ async def test_simulated_search_predicts_the_capacity_of_the_model_it_was_calibr
                                     probe_concurrency=64, repeats=2, num_prompts=200, seed_per_step=True)
     assert truth.capacity is not None
     assert cap.capacity == pytest.approx(truth.capacity, rel=0.15)
-    # The uncertainty is the calibration's own residual, stated with its number.
-    assert sim.max_abs_relative_error is not None
-    assert f"{sim.max_abs_relative_error:.0%}" in sim.uncertainty and sim.calibration_runs == 5
+    # The uncertainty is the calibration's own residual on TTFT (the SLO) and throughput, stated with its number.
+    cal = load_calibration(calibration)
+    own = [abs(r.relative_error) for r in cal.residuals if "ttft" in r.metric or "throughput" in r.metric]
+    assert sim.uncertainty_bound == max(own) and sim.max_abs_relative_error == cal.max_abs_relative_error
+    assert f"{max(own):.0%}" in sim.uncertainty and sim.calibration_runs == 5
     saved = json.loads(Path(out.result_path or "").read_text())
     assert saved["vllm_tune"] == {"run_id": out.run_id, "kind": "capacity", "simulated": True}
     assert saved["capacity"]["capacity"] == cap.capacity

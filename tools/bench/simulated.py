@@ -33,6 +33,8 @@ class SimulatedSearch(BaseModel):
     calibration_runs: int | None = None
     max_abs_relative_error: float | None = Field(
         default=None, description="largest residual of the calibration on its own runs (None: no residuals)")
+    uncertainty_bound: float | None = Field(
+        default=None, description="largest residual on the SLO's latencies and throughput (relative)")
     uncertainty: str = Field(description="what the calibration's residuals say about the prediction")
     engine: dict[str, Any] = Field(description="the scheduler and KV settings simulated")
     step_model: dict[str, Any]

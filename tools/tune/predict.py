@@ -16,7 +16,7 @@ from vllm_tune.tools.lint.flags import FlagTable
 from vllm_tune.tools.tune.models import TrialPrediction, TuneState
 from vllm_tune.tools.tune.propose import LEVERS, Candidate, lever_settings
 from vllm_tune.tools.whatif.api import ENGINE_KEYS, engine_for, predict_values
-from vllm_tune.tools.whatif.calibrate import Calibration, calibrate_from_results
+from vllm_tune.tools.whatif.calibrate import Calibration, calibrate_from_results, max_residual
 
 # Levers whose effect the scheduler simulation models (the others: async scheduling, prefix caching, are not).
 SIMULATED = tuple(flag for flag, lever in LEVERS.items() if lever.dest in ENGINE_KEYS)
@@ -78,10 +78,9 @@ def predict(sc: SessionCalibration, state: TuneState, table: FlagTable, best_com
 
 def residual_bound(cal: Calibration, objective: str) -> float | None:
     """The calibration's largest residual on the objective's own quantity (TTFT for p99_ttft_ms, throughput for
-    goodput), else on anything it fitted."""
+    goodput)."""
     family = next((k for k in ("ttft", "tpot", "itl", "e2el") if f"_{k}_" in objective), "throughput")
-    own = [abs(r.relative_error) for r in cal.residuals if family in r.metric]
-    return max(own) if own else cal.max_abs_relative_error
+    return max_residual(cal, [family])
 
 
 def describe(p: TrialPrediction, objective: str) -> str:

@@ -308,6 +308,13 @@ RESIDUAL_METRICS = ("request_throughput", "median_ttft_ms", "median_tpot_ms", "m
                     "p90_itl_ms")
 
 
+def max_residual(cal: Calibration, quantities: list[str]) -> float | None:
+    """The largest residual on the given quantities (ttft, tpot, itl, e2el, throughput), else on anything fitted:
+    a prediction of TTFT is no closer than the fit's TTFT, whatever the fit made of bursty token streams."""
+    own = [abs(r.relative_error) for r in cal.residuals if any(q in r.metric for q in quantities)]
+    return max(own) if own else cal.max_abs_relative_error
+
+
 def residuals(cal: Calibration, observed: list[Observed]) -> list[Residual]:
     out: list[Residual] = []
     for obs in observed:

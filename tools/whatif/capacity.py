@@ -28,7 +28,7 @@ from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.files import allowed, read_text
 from vllm_tune.tools.net.targets import TargetPolicy
 from vllm_tune.tools.whatif.api import WhatIfInput, calibrate_for, engine_for, range_warnings, simulate_capacity
-from vllm_tune.tools.whatif.calibrate import DEFAULT_PROBE, Calibration
+from vllm_tune.tools.whatif.calibrate import DEFAULT_PROBE, Calibration, max_residual
 from vllm_tune.tools.whatif.results import load_from_request, summarize
 from vllm_tune.tools.whatif.simulate import EngineConfig, run
 
@@ -86,16 +86,19 @@ def _whatif_input(req: RunBenchmarkInput, spec: Spec) -> WhatIfInput:
                        slo_percentile=req.slo_percentile, seed=req.seed)
 
 
-def uncertainty(cal: Calibration) -> str:
-    """The calibration's residuals, as what_if states them: a prediction is no closer than its fit."""
+def uncertainty(cal: Calibration, slo: dict[str, float]) -> tuple[float | None, str]:
+    """The calibration's residuals on what the capacity depends on (the SLO's latencies and throughput), as
+    what_if states them: a prediction is no closer than its fit."""
     runs = (cal.conditions.get("seen") or {}).get("runs")
-    if cal.max_abs_relative_error is None:
-        return "not enough data: the calibration has no residuals to bound the prediction by"
-    text = (f"the calibration reproduces its {runs or '?'} run(s) within {cal.max_abs_relative_error:.0%} "
+    quantities = [*slo, "throughput"]
+    bound = max_residual(cal, quantities)
+    if bound is None:
+        return None, "not enough data: the calibration has no residuals to bound the prediction by"
+    text = (f"the calibration reproduces the {', '.join(quantities)} of its {runs or '?'} run(s) within {bound:.0%} "
             "(largest residual); the predicted capacity carries at least that error")
-    if cal.max_abs_relative_error > 0.2:
+    if bound > 0.2:
         text += "; treat it as a rough estimate and verify it"
-    return text
+    return bound, text
 
 
 def _search_request(req: RunBenchmarkInput) -> RunBenchmarkInput:
@@ -153,6 +156,7 @@ async def simulated_search(req: RunBenchmarkInput, *, report: ProgressCallback |
     try:
         cal, _first = await calibrate_for(_whatif_input(req, spec))
         engine = engine_for(cal, req.serve_flags)
+        bound, text = uncertainty(cal, req.slo)
         writer.update(force=True, phase="simulated capacity search")
         base = _search_request(req)
         cap = await simulate_capacity(engine, cal, base, slo=req.slo, pct=req.slo_percentile,
@@ -162,7 +166,8 @@ async def simulated_search(req: RunBenchmarkInput, *, report: ProgressCallback |
                                       seed_per_step=True)
         sim = SimulatedSearch(calibration_source=spec.calibration or cal.source,
                               calibration_runs=(cal.conditions.get("seen") or {}).get("runs"),
-                              max_abs_relative_error=cal.max_abs_relative_error, uncertainty=uncertainty(cal),
+                              max_abs_relative_error=cal.max_abs_relative_error, uncertainty_bound=bound,
+                              uncertainty=text,
                               engine=engine.model_dump(), step_model=cal.step_model.model_dump())
         if cap.capacity is not None:
             at: dict[str, Any] = {"rate": cap.capacity, "concurrency": None} if cap.variable == "rate" else \
@@ -184,7 +189,8 @@ async def simulated_search(req: RunBenchmarkInput, *, report: ProgressCallback |
         raise
     writer.update(force=True, state="completed", result_path=str(path), phase="done")
     warnings = [*sim.warnings]
-    if cal.max_abs_relative_error is not None and cal.max_abs_relative_error > 0.2:
-        warnings.append(f"the calibration reproduces its own runs only within {cal.max_abs_relative_error:.0%}")
+    if bound is not None and bound > 0.2:
+        warnings.append(f"the calibration reproduces its own runs only within {bound:.0%} on what the SLO and the "
+                        "capacity depend on")
     return RunBenchmarkOutput(run_id=rid, state="completed", result_path=str(path), capacity=cap, simulation=sim,
                               warnings=warnings)
