@@ -92,6 +92,15 @@ def register(sub: Any) -> None:
                    help="what the capacity search raises")
     p.add_argument("--search-max", type=float, help="upper bound of the capacity search")
     p.add_argument("--search-prompts", type=int, default=100, help="requests per search step")
+    p.add_argument("--simulate", action="store_true",
+                   help="with --search-capacity: predict the capacity with what_if instead of sending the search "
+                        "load, calibrated by --calibration, --from or --probe (as `vllm-tune whatif`)")
+    p.add_argument("--calibration", metavar="FILE", help="--simulate: a saved what_if calibration")
+    p.add_argument("--from", dest="from_result", action="append", default=[], metavar="RESULT",
+                   help="--simulate: saved run_benchmark result to calibrate on (repeatable; nothing sent)")
+    p.add_argument("--probe", action="store_true", help="--simulate: calibrate by a short probe load on URL")
+    p.add_argument("--verify", action="store_true",
+                   help="--simulate: then run one real measured run at the predicted capacity and compare")
     p.add_argument("--save-result", action="store_true",
                    help="also write the result JSON to --result-dir/--result-filename, as vllm bench serve does "
                         "(every run is kept in the results directory anyway)")
@@ -200,7 +209,23 @@ def _input(args: argparse.Namespace) -> Any:
         slo_percentile=args.slo_percentile, percentiles=percentiles, search_capacity=args.search_capacity,
         search_variable=args.search_variable, search_max=args.search_max, search_prompts=args.search_prompts,
         save_result=args.result_dir, seed=args.seed, confirm=args.yes, serve_flags=flags, workers=args.workers,
-        label=args.label, plot=args.plot, request_timeout_s=args.request_timeout)
+        label=args.label, plot=args.plot, request_timeout_s=args.request_timeout, simulate=_simulate(args))
+
+
+def _simulate(args: argparse.Namespace) -> str | None:
+    """--simulate and its calibration flags as the one `simulate` field: FILE[,FILE] or probe, then ,verify."""
+    sources = [*([args.calibration] if args.calibration else []), *args.from_result]
+    if not args.simulate:
+        if sources or args.probe or args.verify:
+            fail("--calibration, --from, --probe and --verify go with --simulate")
+        return None
+    if not args.search_capacity:
+        fail("--simulate predicts a capacity search: add --search-capacity and an SLO")
+    if bool(sources) + args.probe != 1 or (args.calibration and args.from_result):
+        fail("--simulate needs one calibration: --calibration FILE, --from RESULT (repeatable) or --probe")
+    if any("," in s for s in sources):
+        fail("--simulate: a calibration or result path may not contain a comma")
+    return ",".join([*sources, *(["probe"] if args.probe else []), *(["verify"] if args.verify else [])])
 
 
 class _Bar:

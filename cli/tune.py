@@ -105,6 +105,10 @@ def _show(state: TuneState, args: argparse.Namespace) -> int:
         slo = "" if t.slo_met is None else ("  SLO met" if t.slo_met else "  SLO missed")
         change = ", ".join(f"{k} {v}" for k, v in t.changes.items()) or "baseline"
         print(f" {mark}{t.id:>2} {t.status:<9} {value:>10} {t.verdict or '':<15} {change}{slo}")
+        if t.prediction is not None:
+            from vllm_tune.tools.tune.predict import predicted_line
+
+            print(f"       {predicted_line(t.prediction)}")
         for note in t.notes:
             if not note.startswith("run_benchmark arguments"):
                 print(f"       {note}")

@@ -31,6 +31,7 @@ from vllm_tune.tools.bench.api import (
 from vllm_tune.tools.bench.render import render_saved, render_summary
 from vllm_tune.tools.bench.store import ResultStore, RunStatus, new_run_id, results_dir
 from vllm_tune.tools.net.targets import TargetPolicy
+from vllm_tune.tools.whatif.capacity import PROBE_REQUESTS, parse_simulate
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ _RUNS: dict[str, _Background] = {}
 
 
 async def start_background(request: RunBenchmarkInput) -> RunBenchmarkOutput:
-    check_target(request)  # refuse bad targets now, not in the background
+    if request.simulate is None or parse_simulate(request.simulate).sends_load:
+        check_target(request)  # refuse bad targets now, not in the background
     rid = new_run_id()
     flag = [False]
 
@@ -89,11 +91,18 @@ async def _confirm_remote(request: RunBenchmarkInput, ctx: Context) -> RunBenchm
     """Ask the user before load goes to an allowed but non-loopback target (check_target refuses otherwise)."""
     if request.confirm:
         return request
+    spec = parse_simulate(request.simulate) if request.simulate is not None else None
+    if spec is not None and not spec.sends_load:
+        return request  # a simulated search from saved files sends nothing
     policy = TargetPolicy.from_env()
     base = policy.check(request.url)  # a target outside the allowlist is refused before anyone is asked
     if policy.is_loopback(base):
         return request
-    if request.search_capacity:
+    if spec is not None:
+        what = " and ".join(([f"a what_if calibration probe (about {PROBE_REQUESTS} requests)"] if spec.probe else [])
+                            + ([f"one verify run of {request.search_prompts} requests at the predicted capacity"]
+                               if spec.verify else []))
+    elif request.search_capacity:
         what = "a capacity search (several load levels, rising until the SLO fails)"
     else:
         load = f"{request.rate:g} req/s" if request.rate else f"concurrency {request.concurrency or 1}"

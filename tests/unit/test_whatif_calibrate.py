@@ -135,3 +135,21 @@ def test_saved_results_calibrate_with_the_flags_the_run_recorded() -> None:
     assert recorded.engine.max_num_seqs == 2  # not vLLM's default: the run said --max-num-seqs 2
     told = calibrate_from_results([str(root / "max-num-seqs-2.json")], serve_flags={"max_num_seqs": "3"})
     assert told.engine.max_num_seqs == 3  # what the caller says wins
+
+
+def test_runs_of_servers_with_other_flags_are_each_simulated_with_their_own() -> None:
+    # Two real runs of the suite's CPU server, the same load at --max-num-seqs 2 and 4: the second finished twice
+    # the requests per second. Simulated with one engine the two runs would be identical and no fit could
+    # reproduce both; with each run's recorded flags the fit reproduces each throughput.
+    root = Path(__file__).resolve().parents[2] / "knowledge" / "samples" / "runs"
+    runs = [str(root / "max-num-seqs-2.json"), str(root / "max-num-seqs-4.json")]
+    cal = calibrate_from_results(runs)
+    assert [f.get("max_num_seqs") for f in cal.conditions["run_scheduler_flags"]] == ["2", "4"]
+    assert cal.engine.max_num_seqs == 2  # the calibration's engine is the first run's
+    fitted = {r.run: r for r in cal.residuals if r.metric == "request_throughput"}
+    assert set(fitted) == {"max-num-seqs-2", "max-num-seqs-4"}
+    for r in fitted.values():
+        assert abs(r.relative_error) < 0.15, r
+    assert fitted["max-num-seqs-4"].fitted > 1.6 * fitted["max-num-seqs-2"].fitted
+    told = calibrate_from_results(runs, serve_flags={"max_num_seqs": "3"})  # the caller's word holds for every run
+    assert [f["max_num_seqs"] for f in told.conditions["run_scheduler_flags"]] == ["3", "3"]

@@ -30,6 +30,7 @@ from vllm_tune.tools.bench.records import RecordLog
 from vllm_tune.tools.bench.runner import CANCELLED as CANCELLED_ERROR
 from vllm_tune.tools.bench.runner import LoadPlan, Progress, check_schedule, choose_workers, run_load, warm_up
 from vllm_tune.tools.bench.server_watch import ServerWatch, attach_diagnosis, save_window
+from vllm_tune.tools.bench.simulated import SimulatedSearch
 from vllm_tune.tools.bench.store import ResultStore, RunStatus, StatusWriter, new_run_id, results_dir
 from vllm_tune.tools.errors import BadInputError, TargetError
 from vllm_tune.tools.files import regular_file
@@ -98,6 +99,8 @@ class RunBenchmarkInput(BaseModel):
     search_max: float | None = Field(default=None, gt=0, description="upper bound for the capacity search")
     search_repeats: int = Field(default=2, ge=1, le=5, description="runs at the boundary points")
     search_prompts: int = Field(default=100, ge=10, le=MAX_REQUESTS, description="requests per search step")
+    simulate: str | None = Field(default=None, description="predict via what_if: calibration/result FILE(s) or "
+                                                           "probe; ,verify=1 real run")
     seed: int = Field(default=0, description="prompts and arrivals seed")
     save_result: str | None = Field(default=None, description="results directory (default ./vllm-tune-results)")
     background: bool = Field(default=False, description="MCP: return a run id at once; poll benchmark_status")
@@ -122,6 +125,8 @@ class RunBenchmarkInput(BaseModel):
         if self.ramp_start_rate is not None and self.duration_s is None:
             raise ValueError("a ramp needs duration_s")
         check_search_slo(self.slo, self.search_capacity)
+        if self.simulate is not None and not self.search_capacity:
+            raise ValueError("simulate predicts a capacity search: it needs search_capacity")
         if any(not 0 < p < 100 for p in self.percentiles):
             raise ValueError("percentiles must lie strictly between 0 and 100")
         if self.prefix_len and self.prefix_len >= self.input_len:
@@ -175,6 +180,7 @@ class RunBenchmarkOutput(BaseModel):
     result_path: str | None = None
     result: BenchResult | None = None
     capacity: CapacityResult | None = None
+    simulation: SimulatedSearch | None = Field(default=None, description="simulate: calibration, uncertainty, verify")
     warnings: list[str] = Field(default_factory=list)
     plots: list[str] = Field(default_factory=list)
 
@@ -459,6 +465,10 @@ async def run_benchmark(req: RunBenchmarkInput, *, report: ProgressCallback | No
                         stop: Callable[[], bool] = lambda: False, run_id: str | None = None,
                         policy: TargetPolicy | None = None) -> RunBenchmarkOutput:
     """Run the benchmark (and capacity search) in this task; results are saved under the results directory."""
+    if req.simulate is not None:  # the search is simulated: only a calibration probe or a verify run is sent
+        from vllm_tune.tools.whatif.capacity import simulated_search
+
+        return await simulated_search(req, report=report, run_id=run_id, policy=policy)
     pol = policy or TargetPolicy.from_env()
     base = check_target(req, pol)
     key = api_key()

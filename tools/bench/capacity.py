@@ -53,6 +53,7 @@ class CapacityResult(BaseModel):
     stopped_early: str | None = None
     decided_by: list[str] = Field(default_factory=list, description="the targets and percentile that decided "
                                   "the capacity: the slowest pass at it, the misses above it")
+    simulated: bool = Field(default=False, description="true: every point was simulated by what_if, none sent")
 
 
 def evaluate(result: dict[str, Any], variable: SearchVariable, value: float, phase: str, slo_ms: dict[str, float],

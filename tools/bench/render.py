@@ -48,7 +48,7 @@ def render_summary(out: RunBenchmarkOutput) -> str:
                     lines.append(f"{key:<42}{server[key]:>14.2f}")
     if out.capacity is not None:
         c = out.capacity
-        lines.append(f"{' SLO capacity ':=^56}")
+        lines.append(f"{' SLO capacity (simulated) ' if c.simulated else ' SLO capacity ':=^56}")
         for p in c.curve:
             mark = "pass" if p.meets_slo else "FAIL"
             var = "concurrency" if p.phase == "probe" else c.variable
@@ -61,6 +61,8 @@ def render_summary(out: RunBenchmarkOutput) -> str:
         if c.knee:
             lines.append(f"knee of the latency-throughput curve: {c.variable}={c.knee.value:g} "
                   f"({c.knee.achieved_request_throughput:.2f} req/s)")
+    if out.simulation is not None:
+        lines += _simulation_lines(out)
     for w in out.warnings:
         lines.append(f"warning: {w}")
     lines.append(f"run id {out.run_id}; results: {out.result_path}")
@@ -77,6 +79,32 @@ def _slo_lines(d: dict[str, Any]) -> list[str]:
     for check in d.get("slo_checks") or []:
         lines.append(f"{check['status']}: {check['decided_by']}")
     return lines
+
+
+def _simulation_lines(out: RunBenchmarkOutput) -> list[str]:
+    sim = out.simulation
+    assert sim is not None
+    lines = [f"predicted by what_if (calibration: {sim.calibration_source}); no search load was sent",
+             f"uncertainty: {sim.uncertainty}"]
+    v = sim.verify
+    if v is not None:
+        lines.append(f"{' Verify: one real run at the predicted capacity ':-^56}")
+        lines.append(f"{v.variable}={v.value:g}, run {v.run_id}")
+        lines.append(f"{'':<24}{'predicted':>12}{'measured':>12}{'error':>8}")
+        rows = [("goodput (req/s)", v.predicted.request_goodput, v.measured.request_goodput, "request_goodput"),
+                ("throughput (req/s)", v.predicted.achieved_request_throughput,
+                 v.measured.achieved_request_throughput, "request_throughput")]
+        rows += [(f"{k} (ms)", v.predicted.latencies_ms.get(k), got, k) for k, got in v.measured.latencies_ms.items()]
+        for name, pred, got, key in rows:
+            err = v.relative_errors.get(key)
+            lines.append(f"{name:<24}{_num(pred):>12}{_num(got):>12}{'' if err is None else f'{err:+.0%}':>8}")
+        lines.append(v.verdict)
+    lines += [f"note: {n}" for n in sim.notes if not n.startswith("simulated:")]
+    return lines
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 _SAVED_ROWS = ("completed", "failed", "duration", "request_throughput", "request_goodput", "output_throughput",

@@ -25,8 +25,10 @@ _LE = re.compile(r'le="([^"]+)"')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
            "vllm:kv_cache_usage_perc": "kv", "vllm:gpu_cache_usage_perc": "kv"}
+# iteration_tokens_total is a histogram; only its count (engine steps) is read, by what_if's passive calibration.
 _COUNTERS = ("vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-             "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:request_success_total")
+             "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:request_success_total",
+             "vllm:iteration_tokens_total_count")
 _HISTS = ("vllm:time_to_first_token_seconds", "vllm:request_queue_time_seconds", "vllm:e2e_request_latency_seconds",
           "vllm:inter_token_latency_seconds")
 

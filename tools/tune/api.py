@@ -24,16 +24,17 @@ from vllm_tune.tools.compare.api import CompareInput, compare_runs
 from vllm_tune.tools.compare.load import resolve
 from vllm_tune.tools.errors import BadInputError, TargetError
 from vllm_tune.tools.lint.api import LintInput, lint_config
-from vllm_tune.tools.lint.flags import load_table, pick_version
+from vllm_tune.tools.lint.flags import FlagTable, load_table, pick_version
 from vllm_tune.tools.net.http import SECRET_ENVS
 from vllm_tune.tools.surface import say
-from vllm_tune.tools.tune import servers
+from vllm_tune.tools.tune import predict, servers
 from vllm_tune.tools.tune import session as store
 from vllm_tune.tools.tune.models import (
     RecordInput,
     RunTrialInput,
     SessionRef,
     Trial,
+    TrialPrediction,
     TuneStartInput,
     TuneState,
 )
@@ -41,11 +42,13 @@ from vllm_tune.tools.tune.policy import check_command, check_env, looks_secret
 from vllm_tune.tools.tune.propose import (
     GOAL_MOVES,
     LEVERS,
+    Candidate,
     Move,
     candidates,
     default_levers,
     diagnosis_moves,
     lever_settings,
+    order_by_prediction,
 )
 
 if TYPE_CHECKING:
@@ -195,9 +198,13 @@ def tune_next(ref: SessionRef) -> TuneState:
               for flag, direction in goal_moves]
     tried = [lever_settings(t.command, table, state.levers) for t in state.trials]
     found, notes = candidates(best.command, moves, state.levers, tried, table)
+    found, predictions, order = _rank(state, table, best, found)
     for cand in found:
         trial = Trial(id=len(state.trials), command=cand.command, changes=cand.changes, derived_from=best.id,
-                      rationale=cand.rationale, knowledge_ids=[KB_LOOP, *cand.knowledge_ids])
+                      rationale=f"{cand.rationale}; {order}", knowledge_ids=[KB_LOOP, *cand.knowledge_ids])
+        trial.prediction = predictions.get(id(cand))
+        if trial.prediction is not None:
+            trial.rationale += f"; {predict.describe(trial.prediction, state.objective)}"
         trial.lint, refused = _lint(cand.command, state)
         if refused:
             trial.status, trial.notes = "rejected", ["would not start: " + "; ".join(refused[:3])]
@@ -214,6 +221,22 @@ def tune_next(ref: SessionRef) -> TuneState:
         state.next_step += "; " + "; ".join(notes)
     store.save(state)
     return state
+
+
+def _rank(state: TuneState, table: FlagTable, best: Trial, found: list[Candidate],
+          ) -> tuple[list[Candidate], dict[int, TrialPrediction], str]:
+    """Candidates in the order to try them, what_if's prediction per candidate (by id), and why this order."""
+    if not found:
+        return found, {}, ""
+    sc, why = predict.calibrate(state, table)
+    if sc is None or best.objective is None:
+        return found, {}, f"the usual order of moves ({why})"
+    preds = {id(c): p for c in found
+             if (p := predict.predict(sc, state, table, best.command, best.objective, c)) is not None}
+    if not preds:
+        return found, {}, f"the usual order of moves (what_if simulates none of these levers; {why})"
+    ranked = order_by_prediction(found, [preds[id(c)].gain if id(c) in preds else None for c in found])
+    return ranked, preds, f"ordered by what_if's predicted gain ({why}); levers it cannot simulate after"
 
 
 def _slo_met(state: TuneState, result: dict[str, Any]) -> bool | None:
@@ -289,6 +312,10 @@ def _record_into(state: TuneState, trial: Trial, *, run: str | None = None, fail
         trial.run_id = result.get("vllm_tune", {}).get("run_id") if isinstance(result.get("vllm_tune"), dict) \
             else None
         trial.objective = float(value)
+        if trial.prediction is not None:
+            trial.prediction.measured = trial.objective
+            trial.prediction.error = (trial.prediction.objective - trial.objective) / trial.objective \
+                if trial.objective else None
         trial.slo_met = _slo_met(state, result)
         _judge(state, trial)
     _advance(state)
@@ -305,6 +332,11 @@ def tune_report(ref: SessionRef) -> TuneState:
                                f"for the baseline ({change:+.1f} %): `{best.command}`")
         else:
             state.next_step = f"the baseline is still the best ({state.objective} {base.objective:.4g})"
+    checked = [t for t in measured if t.prediction is not None and t.prediction.measured is not None]
+    if checked:
+        state.next_step += "; what_if predicted vs measured: " + ", ".join(
+            f"trial {t.id} {t.prediction.objective:.4g} vs {t.objective:.4g}" for t in checked
+            if t.prediction is not None)
     return state
 
 

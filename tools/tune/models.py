@@ -77,6 +77,19 @@ class RunTrialInput(BaseModel):
     save_result: str | None = Field(default=None, description="results directory of the session")
 
 
+class TrialPrediction(BaseModel):
+    """What what_if predicted for a trial before it was measured, and, once it is, how far off that was."""
+
+    objective: float = Field(description="predicted session objective: the measured value of the trial it derives "
+                                         "from, times the simulated change")
+    gain: float = Field(description="predicted relative change of the objective (positive: better)")
+    uncertainty: float | None = Field(description="the calibration's largest residual on its own runs (relative); "
+                                                  "None: no residuals")
+    calibration_runs: list[str] = Field(default_factory=list, description="the session's runs it was calibrated on")
+    measured: float | None = None
+    error: float | None = Field(default=None, description="(predicted - measured) / measured, once measured")
+
+
 class Trial(BaseModel):
     id: int
     command: str
@@ -92,6 +105,7 @@ class Trial(BaseModel):
     slo_met: bool | None = None
     verdict: str | None = Field(default=None, description="against the best trial at the time: better, worse, "
                                                           "within-noise, not-comparable (the baseline: baseline)")
+    prediction: TrialPrediction | None = Field(default=None, description="what_if's prediction, made when proposed")
     notes: list[str] = Field(default_factory=list)
 
 

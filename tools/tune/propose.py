@@ -4,7 +4,9 @@ Order of moves: first what the diagnosis of the best trial's own window asks for
 action names an allowed lever), then the goal's usual levers from the knowledge base. One change per trial,
 so a measured difference has one cause; numbers move by a factor of two (coarse steps first, the way
 auto_tune.sh walks its grid); a value already measured is never proposed again. Every candidate is linted and
-a command that would not start is recorded as rejected instead of being measured.
+a command that would not start is recorded as rejected instead of being measured. When what_if can be
+calibrated on the session's measured runs, the candidates it can simulate go first, by predicted gain
+(tools/tune/predict.py); the rest keep this order after them.
 """
 
 from __future__ import annotations
@@ -170,3 +172,11 @@ def candidates(command: str, moves: list[Move], levers: list[str], tried: list[d
                              f"{move.direction} {move.flag} to {new}: {move.why}",
                              list(dict.fromkeys([*move.knowledge_ids, *lever.knowledge_ids]))))
     return out, list(dict.fromkeys(notes))
+
+
+def order_by_prediction(found: list[Candidate], gains: list[float | None]) -> list[Candidate]:
+    """Predicted candidates first, highest predicted gain first (gains within 1 % keep the move order: the
+    simulation cannot tell them apart), then the unpredicted ones in move order."""
+    predicted = [(c, g) for c, g in zip(found, gains, strict=True) if g is not None]
+    predicted.sort(key=lambda cg: -round(cg[1], 2))
+    return [c for c, _ in predicted] + [c for c, g in zip(found, gains, strict=True) if g is None]

@@ -155,7 +155,7 @@ def _calibrate(req: WhatIfInput) -> tuple[Calibration, dict[str, Any] | None]:
     raise AssertionError("probe calibrations are made by what_if() itself")
 
 
-def _range_warnings(cal: Calibration, engine: EngineConfig, load_req: RunBenchmarkInput) -> list[str]:
+def range_warnings(cal: Calibration, engine: EngineConfig, load_req: RunBenchmarkInput) -> list[str]:
     """Say when a prediction leaves the batch sizes and prompt lengths the calibration saw."""
     seen = cal.conditions.get("seen") or {}
     out: list[str] = []
@@ -186,7 +186,7 @@ def _predict(name: str, changes: dict[str, str], cal: Calibration, base_engine: 
     trace = run(engine, cal.step_model, load)
     result = summarize(trace, load, engine, cal.step_model, percentiles=req.percentiles, slo_ms=req.slo or None,
                        label=name)
-    warnings = _range_warnings(cal, engine, load_req)
+    warnings = range_warnings(cal, engine, load_req)
     if result["failed"]:
         warnings.append(f"{result['failed']} requests were never sent or never finished in the simulation")
     load_view = {k: v for k, v in load_req.model_dump().items()
@@ -196,22 +196,40 @@ def _predict(name: str, changes: dict[str, str], cal: Calibration, base_engine: 
                       result=BenchResult.model_validate(result), warnings=warnings)
 
 
+async def simulate_capacity(engine: EngineConfig, cal: Calibration, base_req: RunBenchmarkInput, *,
+                            slo: dict[str, float], pct: float, variable: SearchVariable, upper: float | None = None,
+                            probe_concurrency: int | None = None, repeats: int = 1, num_prompts: int | None = None,
+                            seed_per_step: bool = False) -> CapacityResult:
+    """run_benchmark's capacity search with every step simulated instead of sent.
+
+    With seed_per_step each step draws its own arrivals (seed + step), as the measured search does, so
+    that repeats at the boundary differ the way repeated runs would."""
+    steps = 0
+
+    async def measure(var: SearchVariable, value: float, phase: str) -> dict[str, Any]:
+        nonlocal steps
+        steps += 1
+        rate = value if var == "rate" and phase != "probe" else None
+        conc = int(value) if var == "concurrency" or phase == "probe" else None
+        n = num_prompts or max(200, base_req.num_prompts or 0)
+        load_req = RunBenchmarkInput.model_validate({**base_req.model_dump(), "rate": rate, "concurrency": conc,
+                                                     "num_prompts": n,
+                                                     "seed": base_req.seed + (steps if seed_per_step else 0)})
+        load = load_from_request(load_req)
+        return summarize(run(engine, cal.step_model, load), load, engine, cal.step_model,
+                         percentiles=[50.0, pct], slo_ms=slo)
+
+    probe = probe_concurrency or max(1, min(engine.max_num_seqs, 1024))
+    out = await search_capacity(measure, variable=variable, slo_ms=slo, pct=pct, upper=upper,
+                                probe_concurrency=probe, repeats=repeats)
+    out.simulated = True
+    return out
+
+
 async def _capacity(pred: Prediction, cal: Calibration, base_req: RunBenchmarkInput,
                     req: WhatIfInput) -> CapacityResult:
-    async def measure(variable: SearchVariable, value: float, phase: str) -> dict[str, Any]:
-        rate = value if variable == "rate" and phase != "probe" else None
-        conc = int(value) if variable == "concurrency" or phase == "probe" else None
-        load_req = RunBenchmarkInput.model_validate({**base_req.model_dump(), "rate": rate, "concurrency": conc,
-                                                     "num_prompts": max(200, base_req.num_prompts or 0),
-                                                     "seed": req.seed})
-        load = load_from_request(load_req)
-        return summarize(run(pred.engine, cal.step_model, load), load, pred.engine, cal.step_model,
-                         percentiles=[50.0, req.slo_percentile], slo_ms=req.slo)
-
-    upper = None
-    return await search_capacity(measure, variable=req.search_variable, slo_ms=req.slo, pct=req.slo_percentile,
-                                 upper=upper, probe_concurrency=max(1, min(pred.engine.max_num_seqs, 1024)),
-                                 repeats=1)
+    return await simulate_capacity(pred.engine, cal, base_req.model_copy(update={"seed": req.seed}), slo=req.slo,
+                                   pct=req.slo_percentile, variable=req.search_variable)
 
 
 TABLE_METRICS = ("request_throughput", "output_throughput", "median_ttft_ms", "p90_ttft_ms", "median_itl_ms",
@@ -234,27 +252,34 @@ def table_row(p: Prediction) -> dict[str, Any]:
     return row
 
 
-async def what_if(req: WhatIfInput) -> WhatIfOutput:
-    """Calibrate (or load a calibration), then simulate the baseline and every variant."""
-    first: dict[str, Any] | None = None
+async def calibrate_for(req: WhatIfInput) -> tuple[Calibration, dict[str, Any] | None]:
+    """The calibration req asks for (probe, metrics window, saved calibration or saved results), and the first
+    saved result when there is one (its load is the default load)."""
     if req.probe:
         assert req.url is not None
         check_target(RunBenchmarkInput(url=req.url, concurrency=1, confirm=req.confirm))
-        cal = await cal_mod.calibrate_by_probe(req.url, serve_flags=req.serve_flags or None, confirm=req.confirm)
-    elif req.metrics_window_s is not None:
+        return await cal_mod.calibrate_by_probe(req.url, serve_flags=req.serve_flags or None,
+                                                confirm=req.confirm), None
+    if req.metrics_window_s is not None:
         assert req.url is not None
         from vllm_tune.tools.whatif.passive import calibrate_from_metrics
 
-        cal = await calibrate_from_metrics(req.url, window_s=req.metrics_window_s,
-                                           serve_flags=req.serve_flags or None)
-    else:
-        cal, first = _calibrate(req)
+        return await calibrate_from_metrics(req.url, window_s=req.metrics_window_s,
+                                            serve_flags=req.serve_flags or None), None
+    return _calibrate(req)
+
+
+def engine_for(cal: Calibration, serve_flags: dict[str, str]) -> EngineConfig:
+    """The calibration's engine with the scheduler flags the caller says the server runs with."""
+    upd, _ = parse_changes({k: v for k, v in serve_flags.items() if k.lstrip("-").replace("-", "_") in ENGINE_KEYS})
+    return EngineConfig.model_validate({**cal.engine.model_dump(), **upd}) if upd else cal.engine
+
+
+async def what_if(req: WhatIfInput) -> WhatIfOutput:
+    """Calibrate (or load a calibration), then simulate the baseline and every variant."""
+    cal, first = await calibrate_for(req)
     path = str(cal_mod.save(cal, req.save_calibration)) if req.save_calibration else None
-    base_engine = cal.engine
-    if req.serve_flags:
-        upd, _ = parse_changes({k: v for k, v in req.serve_flags.items()
-                                if k.lstrip("-").replace("-", "_") in ENGINE_KEYS})
-        base_engine = EngineConfig.model_validate({**base_engine.model_dump(), **upd})
+    base_engine = engine_for(cal, req.serve_flags)
     base_req = _base_request(req, first)
     baseline = _predict("baseline", {}, cal, base_engine, base_req, req)
     variants = [_predict(_name(v), v, cal, base_engine, base_req, req)
@@ -276,19 +301,28 @@ def _name(changes: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in changes.items()) or "baseline"
 
 
+def predict_values(calibration: Calibration, changes: dict[str, str], *, load: dict[str, Any],
+                   metric: str = "output_throughput") -> tuple[float, float]:
+    """`metric` simulated for the unchanged server (calibration.engine) and with `changes` applied, same load."""
+    req = WhatIfInput(calibration="-", **{k: v for k, v in load.items() if k in WhatIfInput.model_fields})
+    base_req = _base_request(req, None)
+    base = _predict("baseline", {}, calibration, calibration.engine, base_req, req)
+    cand = _predict("candidate", changes, calibration, calibration.engine, base_req, req)
+    b, c = base.result.model_dump().get(metric), cand.result.model_dump().get(metric)
+    if b is None or c is None:
+        raise BadInputError(f"metric {metric!r} is not in a simulated result")
+    return float(b), float(c)
+
+
 def predict_gain(calibration: Calibration, changes: dict[str, str], *, load: dict[str, Any],
                  metric: str = "output_throughput") -> float:
     """Predicted relative change of `metric` when `changes` (scheduler flags and/or load) are applied.
 
     For the tuning loop: order candidate trials by this value. Positive means better (higher throughput,
     or lower latency for *_ms metrics). `load` holds run_benchmark load fields (concurrency or rate,
-    input_len, output_len, num_prompts)."""
-    req = WhatIfInput(calibration="-", **{k: v for k, v in load.items() if k in WhatIfInput.model_fields})
-    base_req = _base_request(req, None)
-    base = _predict("baseline", {}, calibration, calibration.engine, base_req, req)
-    cand = _predict("candidate", changes, calibration, calibration.engine, base_req, req)
-    b, c = base.result.model_dump().get(metric), cand.result.model_dump().get(metric)
-    if not b or c is None:
-        raise BadInputError(f"metric {metric!r} is not in a simulated result")
-    change = (float(c) - float(b)) / float(b)
+    input_len, output_len, num_prompts) and may hold percentiles and slo."""
+    b, c = predict_values(calibration, changes, load=load, metric=metric)
+    if not b:
+        raise BadInputError(f"metric {metric!r} is 0 in the simulated baseline: no relative change")
+    change = (c - b) / b
     return -change if metric.endswith("_ms") else change

@@ -25,7 +25,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from vllm_tune.tools.bench.api import RunBenchmarkInput, check_target, run_benchmark
+from vllm_tune.tools.bench.store import MAX_RESULT_BYTES
 from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.files import allowed, read_text
 from vllm_tune.tools.whatif.fit import nonnegative_least_squares
 from vllm_tune.tools.whatif.results import load_from_request, summarize
 from vllm_tune.tools.whatif.simulate import (
@@ -93,6 +95,9 @@ class Observed:
     label: str
     load: Load
     result: dict[str, Any]
+    # The scheduler settings this run was served with, when they differ between runs (saved results of
+    # servers started with other flags); None: the calibration's engine.
+    engine: EngineConfig | None = None
 
 
 def _flag(flags: dict[str, str], name: str) -> str | None:
@@ -264,7 +269,7 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
     usable = [True, True, True, use_context, True, True]
 
     def tr_of(obs: Observed, m: StepModel) -> Trace:
-        return run(engine, m, obs.load, keep_windows=True)
+        return run(obs.engine or engine, m, obs.load, keep_windows=True)
 
     rounds = 0
     converged = False
@@ -303,11 +308,18 @@ RESIDUAL_METRICS = ("request_throughput", "median_ttft_ms", "median_tpot_ms", "m
                     "p90_itl_ms")
 
 
+def max_residual(cal: Calibration, quantities: list[str]) -> float | None:
+    """The largest residual on the given quantities (ttft, tpot, itl, e2el, throughput), else on anything fitted:
+    a prediction of TTFT is no closer than the fit's TTFT, whatever the fit made of bursty token streams."""
+    own = [abs(r.relative_error) for r in cal.residuals if any(q in r.metric for q in quantities)]
+    return max(own) if own else cal.max_abs_relative_error
+
+
 def residuals(cal: Calibration, observed: list[Observed]) -> list[Residual]:
     out: list[Residual] = []
     for obs in observed:
-        sim = summarize(run(cal.engine, cal.step_model, obs.load), obs.load, cal.engine, cal.step_model,
-                        percentiles=[50.0, 90.0])
+        eng = obs.engine or cal.engine
+        sim = summarize(run(eng, cal.step_model, obs.load), obs.load, eng, cal.step_model, percentiles=[50.0, 90.0])
         for metric in RESIDUAL_METRICS:
             measured = obs.result.get(metric)
             if not measured:
@@ -359,40 +371,62 @@ async def calibrate_by_probe(url: str, **kwargs: Any) -> Calibration:
 
 
 def calibrate_from_results(paths: list[str], *, serve_flags: dict[str, str] | None = None,
-                           engine: EngineConfig | None = None) -> Calibration:
-    """Fit on saved run_benchmark results (result.json files or run directories); sends nothing."""
+                           engine: EngineConfig | None = None,
+                           run_flags: list[dict[str, str]] | None = None) -> Calibration:
+    """Fit on saved run_benchmark results (result.json files or run directories); sends nothing.
+
+    Each run is simulated with the scheduler flags it recorded (runs of servers started with other
+    --max-num-seqs or --max-num-batched-tokens calibrate one step model); `run_flags[i]`, when given,
+    overrides what run i recorded, and `serve_flags` what every run recorded. The calibration's engine is
+    the first run's."""
     observed: list[Observed] = []
-    cache_config: dict[str, str] = {}
-    max_model_len: int | None = None
-    recorded: dict[str, str] = {}
-    for p in paths:
+    per_run: list[dict[str, str]] = []
+    first_cache: dict[str, str] = {}
+    first_len: int | None = None
+    if run_flags is not None and len(run_flags) != len(paths):
+        raise BadInputError("run_flags needs one set of flags per result")
+    for i, p in enumerate(paths):
         result = read_result(p)
-        observed.append(observed_from_result(result, Path(p).stem if Path(p).is_file() else Path(p).name))
-        cache_config = cache_config or dict((result.get("server") or {}).get("cache_config") or {})
+        obs = observed_from_result(result, Path(p).stem if Path(p).is_file() else Path(p).name)
+        cache_config = dict((result.get("server") or {}).get("cache_config") or {})
         prov = result.get("provenance") or {}
-        max_model_len = max_model_len or prov.get("max_model_len")
+        first_cache = first_cache or cache_config
+        first_len = first_len or prov.get("max_model_len")
+        recorded: dict[str, str] = {}
         for block in ("serve_flags_from_metrics", "serve_flags_from_caller"):  # the caller's win: they know more
-            if p == paths[0] and isinstance(prov.get(block), dict):
+            if isinstance(prov.get(block), dict):
                 recorded.update({str(k): str(v) for k, v in prov[block].items()})
-    # The flags the run recorded are the server's, unless the caller says otherwise: guessing vLLM's defaults
-    # for a server that ran with --max-num-seqs 2 would fit the step times to the wrong batch sizes.
-    flags = {**recorded, **(serve_flags or {})}
-    eng = engine or engine_from(cache_config, flags, max_model_len)
-    return fit(observed, eng, source="results", conditions={"results": list(paths), "serve_flags": flags})
+        # The flags the run recorded are the server's, unless the caller says otherwise: guessing vLLM's defaults
+        # for a server that ran with --max-num-seqs 2 would fit the step times to the wrong batch sizes.
+        flags = {**recorded, **(run_flags[i] if run_flags else {}), **(serve_flags or {})}
+        obs.engine = engine or engine_from(cache_config or first_cache, flags, prov.get("max_model_len") or first_len)
+        observed.append(obs)
+        per_run.append(flags)
+    if not observed:
+        raise BadInputError("calibration needs at least one saved result")
+    eng = observed[0].engine
+    assert eng is not None
+    scheduler = [{k: v for k, v in f.items() if k.lstrip("-").replace("-", "_") in SCHEDULER_FLAGS} for f in per_run]
+    return fit(observed, eng, source="results",
+               conditions={"results": list(paths), "serve_flags": per_run[0], "run_scheduler_flags": scheduler})
+
+
+# Recorded serve flags that set a run's scheduling (what differs between runs of one calibration).
+SCHEDULER_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold", "num_gpu_blocks_override",
+                   "max_model_len")
 
 
 def read_result(path: str) -> dict[str, Any]:
-    p = Path(path)
+    """A saved run_benchmark result (a result.json or its run folder), read within the caller's file roots."""
+    p = allowed(path, "result")
     if p.is_dir():
         p = p / "result.json"
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInputError(f"cannot read result {p}: {exc.strerror}") from None
+        data = json.loads(read_text(p, limit=MAX_RESULT_BYTES, what="result"))
     except ValueError:
-        raise BadInputError(f"{p} is not a JSON result") from None
+        raise BadInputError(f"{path} is not a JSON result") from None
     if not isinstance(data, dict):
-        raise BadInputError(f"{p} is not a run_benchmark result")
+        raise BadInputError(f"{path} is not a run_benchmark result")
     return data
 
 
@@ -404,10 +438,8 @@ def save(cal: Calibration, path: str | Path) -> Path:
 
 
 def load_calibration(path: str | Path) -> Calibration:
-    p = Path(path)
+    text = read_text(path, limit=MAX_RESULT_BYTES, what="calibration")
     try:
-        return Calibration.model_validate_json(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInputError(f"cannot read calibration {p}: {exc.strerror}") from None
+        return Calibration.model_validate_json(text)
     except ValueError as exc:
-        raise BadInputError(f"{p} is not a what_if calibration: {str(exc).splitlines()[0]}") from None
+        raise BadInputError(f"{path} is not a what_if calibration: {str(exc).splitlines()[0]}") from None

@@ -12,7 +12,6 @@ are not observable this way and stay 0 (the result says so).
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from itertools import pairwise
 
 import httpx
 
+from vllm_tune.tools.bench.server_watch import cache_config_labels, parse_scrape
 from vllm_tune.tools.errors import BadInputError, TargetError
 from vllm_tune.tools.net.targets import TargetPolicy
 from vllm_tune.tools.whatif.calibrate import Calibration, Residual, engine_from
@@ -33,7 +33,6 @@ _SERIES = {
     "vllm:inter_token_latency_seconds_sum": "itl_sum",
     "vllm:inter_token_latency_seconds_count": "itl_count",
 }
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 MIN_INTERVALS = 4
 MIN_STEPS = 5
 
@@ -46,21 +45,10 @@ class MetricsPoint:
 
 
 def parse_metrics(text: str, t: float) -> MetricsPoint:
-    point = MetricsPoint(t)
-    for line in text.splitlines():
-        if not line.startswith("vllm:"):
-            continue
-        head, _, raw = line.rpartition(" ")
-        name = head.split("{", 1)[0]
-        if name == "vllm:cache_config_info" and not point.cache_config:
-            point.cache_config = {k: v for k, v in _LABEL.findall(head) if k not in ("engine", "model_name")}
-        key = _SERIES.get(name)
-        if key:
-            try:
-                point.values[key] = point.values.get(key, 0.0) + float(raw)
-            except ValueError:
-                continue
-    return point
+    """The series the fit needs, read by run_benchmark's own scrape parser (summed over engines)."""
+    scrape = parse_scrape(text, t)
+    values = {key: scrape.counters[name] for name, key in _SERIES.items() if name in scrape.counters}
+    return MetricsPoint(t, values, cache_config_labels(text))
 
 
 def fit_window(points: list[MetricsPoint], serve_flags: dict[str, str] | None = None,
