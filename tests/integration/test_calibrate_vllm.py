@@ -49,8 +49,9 @@ def test_verify_then_calibrate_moves_the_third_estimate_closer(
         assert v["concurrency"] == conc and v["layout"] == "TP1" and Path(v["result_path"]).exists()
         for name in ("output_tokens_per_s", "mean_tpot_ms", "mean_ttft_ms"):
             m = _metric(plan, name)
+            # the printed numbers are rounded to 3-4 significant digits (0.0332 for 0.03315)
             assert m["estimate"] > 0 and m["measured"] > 0 and m["ratio"] == pytest.approx(
-                m["estimate"] / m["measured"], rel=1e-3)
+                m["estimate"] / m["measured"], rel=5e-3)
         saved = json.loads(Path(v["result_path"]).read_text())
         flags = saved["provenance"]["serve_flags_from_caller"]
         assert flags["hardware"] == "CPU" and flags["model"] == str(tiny_models.llama)

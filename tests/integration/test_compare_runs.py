@@ -7,6 +7,7 @@ make the comparison not-comparable. Runs are small (60 requests, 4 in flight, ab
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,13 @@ async def bench(srv: StreamServer, tmp: Path, **kw: Any) -> str:
     return out.result_path
 
 
+async def bench_together(a: StreamServer, b: StreamServer, tmp: Path, **kw: Any) -> tuple[str, str]:
+    """Both runs in the same window: whatever else loads the machine meanwhile loads both alike (a busy CI box
+    would otherwise make the later run slower or faster, not the server)."""
+    first, second = await asyncio.gather(bench(a, tmp, **kw), bench(b, tmp, **kw))
+    return first, second
+
+
 def by_name(out: CompareOutput, index: int = 0) -> dict[str, Any]:
     return {f"{m.metric} {m.statistic}": m for m in out.comparisons[index].metrics}
 
@@ -45,8 +53,7 @@ def by_name(out: CompareOutput, index: int = 0) -> dict[str, Any]:
 async def test_slower_server_is_worse_on_ttft_and_the_server_window_says_why(
         servers: tuple[StreamServer, StreamServer], tmp_path: Path) -> None:
     fast, slow = servers
-    base = await bench(fast, tmp_path)
-    cand = await bench(slow, tmp_path)
+    base, cand = await bench_together(fast, slow, tmp_path)
     out = compare_runs(CompareInput(runs=[base, cand], seed=1))
     assert [r.format for r in out.runs] == ["vllm-tune-benchmark"] * 2
     assert out.runs[0].per_request == ["ttft", "e2el", "tpot"]
@@ -60,7 +67,13 @@ async def test_slower_server_is_worse_on_ttft_and_the_server_window_says_why(
     # change stays small next to the 20 ms TTFT step, whatever a busy 2-core box adds to either run.
     assert rows["tpot mean"].basis == "bootstrap" and abs(rows["tpot mean"].delta) < 2.0
     c = out.comparisons[0]
-    assert c.overall == "worse"
+    # Only the made-large TTFT step decides; a per-token metric of the same ITL may still come out a few percent
+    # "better" on a busy box (both stream servers share its cores), and so may a tail of 60 requests (flagged
+    # unstable), which makes the whole "mixed", never better.
+    better = [m for m in c.metrics if m.verdict == "better"]
+    assert all((m.metric in ("tpot", "itl") and abs(m.delta_pct or 100) < 10)
+               or "unstable" in (m.note or "") for m in better), better
+    assert c.overall == ("mixed" if better else "worse")
     assert not any(chk.severity == "blocking" for chk in c.checks)
     server = {s.field: s for s in c.server}
     assert server["server_mean_ttft_ms"].delta == pytest.approx(20.0, abs=3.0)
@@ -70,8 +83,7 @@ async def test_slower_server_is_worse_on_ttft_and_the_server_window_says_why(
 async def test_the_same_server_twice_is_within_noise(servers: tuple[StreamServer, StreamServer],
                                                       tmp_path: Path) -> None:
     _, slow = servers
-    first = await bench(slow, tmp_path, seed=0)
-    second = await bench(slow, tmp_path, seed=0)
+    first, second = await bench_together(slow, slow, tmp_path, seed=0)
     out = compare_runs(CompareInput(runs=[first, second], seed=1))
     rows = by_name(out)
     # Means and medians are robust enough to assert on a shared 2-core machine; tails of 60 requests are not.

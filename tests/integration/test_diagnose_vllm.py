@@ -32,7 +32,9 @@ def during(work: Callable[[], object], lead_s: float, fn: Callable[[], DiagnoseO
     """Start `work` in a thread, wait `lead_s`, run `fn` while it runs, then wait for `work` to finish.
 
     A load whose requests failed (the load generator counts failures instead of raising) fails the test with
-    its errors, so an empty window is never mistaken for a diagnosis problem."""
+    its errors, so an empty window is never mistaken for a diagnosis problem. A load cut off by its own time
+    limit is not a failure: the window has already been observed by then (a busy machine drains a sized
+    queue more slowly than the sizing measured)."""
     errors: list[BaseException] = []
     results: list[object] = []
 
@@ -50,7 +52,8 @@ def during(work: Callable[[], object], lead_s: float, fn: Callable[[], DiagnoseO
     finally:
         thread.join(timeout=180)
         assert not errors, errors
-        failed = [r for r in results if isinstance(r, load.LoadResult) and (r.failed or r.errors)]
+        failed = [r for r in results if isinstance(r, load.LoadResult)
+                  and (r.failed or any(not e.startswith("time limit") for e in r.errors))]
         assert not failed, failed
 
 
