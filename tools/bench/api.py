@@ -99,8 +99,9 @@ class RunBenchmarkInput(BaseModel):
     search_max: float | None = Field(default=None, gt=0, description="upper bound for the capacity search")
     search_repeats: int = Field(default=2, ge=1, le=5, description="runs at the boundary points")
     search_prompts: int = Field(default=100, ge=10, le=MAX_REQUESTS, description="requests per search step")
-    simulate: str | None = Field(default=None, description="predict via what_if: calibration/result FILE(s) or "
-                                                           "probe; ,verify=1 real run")
+    simulate: str | None = Field(default=None, description="predict the search with what_if, sending none of it: "
+                                                           "'cal.json', 'run1,run2' or 'probe'; ',verify' adds one "
+                                                           "real run")
     seed: int = Field(default=0, description="prompts and arrivals seed")
     save_result: str | None = Field(default=None, description="results directory (default ./vllm-tune-results)")
     background: bool = Field(default=False, description="MCP: return a run id at once; poll benchmark_status")
