@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from support.simulated_runs import write_probe_results
 
 from vllm_tune.cli.main import main
 from vllm_tune.tools.bench.api import RunBenchmarkInput, run_benchmark
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.whatif.api import simulate_capacity
-from vllm_tune.tools.whatif.calibrate import DEFAULT_PROBE, calibrate_from_results, load_calibration, save
+from vllm_tune.tools.whatif.calibrate import calibrate_from_results, load_calibration, save
 from vllm_tune.tools.whatif.capacity import parse_simulate
-from vllm_tune.tools.whatif.results import load_from_request, summarize
-from vllm_tune.tools.whatif.simulate import EngineConfig, StepModel, run
+from vllm_tune.tools.whatif.simulate import EngineConfig, StepModel
 
 TRUE = StepModel(fixed_s=0.004, per_decode_seq_s=0.0005, per_prefill_token_s=0.00004, request_overhead_s=0.002)
 ENGINE = EngineConfig(num_gpu_blocks=16384, block_size=128)
@@ -30,22 +30,7 @@ SLO = {"ttft": 300.0}
 
 @pytest.fixture
 def results(tmp_path: Path) -> list[str]:
-    paths = []
-    for i, p in enumerate(DEFAULT_PROBE):
-        req = RunBenchmarkInput(url=NOBODY, concurrency=p.concurrency, num_prompts=p.num_prompts,
-                                input_len=p.input_len, output_len=p.output_len, seed=i)
-        load = load_from_request(req)
-        res = summarize(run(ENGINE, TRUE, load), load, ENGINE, TRUE, percentiles=[50.0, 90.0])
-        res.update(input_lens=[x for x, _ in load.lens], output_lens=[y for _, y in load.lens],
-                   server={"cache_config": {"num_gpu_blocks": "16384", "block_size": "128"}},
-                   provenance={"server_url": "http://127.0.0.1:8000", "seed": i, "max_model_len": 2048,
-                               "load": {"concurrency": p.concurrency},
-                               "workload": {"kind": "random", "input_len": p.input_len, "output_len": p.output_len}})
-        d = tmp_path / f"run{i}"
-        d.mkdir()
-        (d / "result.json").write_text(json.dumps(res))
-        paths.append(str(d))
-    return paths
+    return write_probe_results(tmp_path, ENGINE, TRUE)
 
 
 @pytest.fixture

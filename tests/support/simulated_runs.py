@@ -1,0 +1,32 @@
+"""Saved results, in run_benchmark's layout, of what_if's default probe loads served by a known step model: a
+calibration fitted on them can be held against the model that made them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from vllm_tune.tools.bench.api import RunBenchmarkInput
+from vllm_tune.tools.whatif.calibrate import DEFAULT_PROBE
+from vllm_tune.tools.whatif.results import load_from_request, summarize
+from vllm_tune.tools.whatif.simulate import EngineConfig, StepModel, run
+
+
+def write_probe_results(folder: Path, engine: EngineConfig, true: StepModel) -> list[str]:
+    paths = []
+    for i, p in enumerate(DEFAULT_PROBE):
+        req = RunBenchmarkInput(url="http://127.0.0.1:1", concurrency=p.concurrency, num_prompts=p.num_prompts,
+                                input_len=p.input_len, output_len=p.output_len, seed=i)
+        load = load_from_request(req)
+        res = summarize(run(engine, true, load), load, engine, true, percentiles=[50.0, 90.0])
+        res.update(input_lens=[x for x, _ in load.lens], output_lens=[y for _, y in load.lens],
+                   server={"cache_config": {"num_gpu_blocks": str(engine.num_gpu_blocks),
+                                            "block_size": str(engine.block_size)}},
+                   provenance={"server_url": "http://127.0.0.1:8000", "seed": i, "max_model_len": 2048,
+                               "load": {"concurrency": p.concurrency},
+                               "workload": {"kind": "random", "input_len": p.input_len, "output_len": p.output_len}})
+        d = folder / f"run{i}"
+        d.mkdir()
+        (d / "result.json").write_text(json.dumps(res))
+        paths.append(str(d))
+    return paths
