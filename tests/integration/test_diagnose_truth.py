@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -102,22 +103,21 @@ def test_diagnose_agrees_with_the_load_generator_on_the_same_window(vllm_server_
 def test_overload_is_never_slo_met(vllm_server_factory: VllmFactory) -> None:
     # Issue 19's case: --max-num-seqs 4 under 16 concurrent requests. The window opens after two rounds of
     # four, so its requests queued for rounds, and the TTFT target is one round.
-    server = vllm_server_factory(["--max-num-seqs", "4"])
-    warm(server)
-    round_s = one_round_s(server)
-    # 16 concurrent, as many requests as keep the queue for about 14 s on this machine now
-    for _attempt in range(2):
-        sized = sized_overload(round_s, seats=4)
-        state = load.LoadState("overload4", ("--max-num-seqs", "4"), sized.requests, 128, 16, 16, "16 on 4 seats")
-        out = during(lambda: load.drive_state(server.url, server.model, state), 0.0,  # noqa: B023
-                     lambda: paced_overload_window(server, round_s, seats=4,  # noqa: B023
-                                                   serve_flags={"max_num_seqs": 4}))
-        # A starved client can deliver the queue too late for the window (as in test_diagnose_vllm's overload
-        # test): the state is set up again, once, re-measuring the round first.
+    # 16 concurrent, as many requests as keep the queue for about 14 s on this machine now. Beside a busy CPU
+    # the client and the API server may hand requests to the engine barely faster than 4 seats drain them, so
+    # no queue forms in the window: the state is then set up again, once, driven harder (2 seats).
+    for seats in (4, 2):
+        server = vllm_server_factory(["--max-num-seqs", str(seats)])
+        warm(server)
+        round_s = one_round_s(server)
+        sized = sized_overload(round_s, seats=seats)
+        state = load.LoadState(f"overload{seats}", ("--max-num-seqs", str(seats)), sized.requests, 128, 16, 16,
+                               f"16 on {seats} seats")
+        out = during(partial(load.drive_state, server.url, server.model, state), 0.0,
+                     partial(paced_overload_window, server, round_s, seats=seats, serve_flags={"max_num_seqs": seats}))
         waiting = out.signals.get("waiting_mean")
         if waiting is not None and (waiting.value or 0) >= 1:
             break
-        round_s = one_round_s(server)
     assert out.signals["waiting_mean"].value >= 1, out.signals.get("waiting_mean")
     assert out.slo["ttft"].status in ("violated", "undecided")
     assert not out.verdict.startswith("healthy") and "SLO met" not in out.verdict

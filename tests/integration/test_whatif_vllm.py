@@ -44,14 +44,16 @@ async def test_predictions_hold_against_six_real_runs(vllm_server_factory: VllmF
         outcomes.append(outcome)
     report = table(outcomes)
     print(report)
-    states = [line for line in failures(outcomes) if "expected" in line]
-    assert not states, f"a case did not reach the state it exists for: {states}\n{report}"
     rows = [r for oc in outcomes for r in oc.rows]
     judged = [r for r in rows if r.judgeable]
     if len(judged) * 2 < len(rows):
+        # So busy a host cannot deliver the load either (a starved client keeps fewer requests in flight than
+        # asked, so even the queueing case may not queue): nothing here can be judged, the table says why.
         pytest.skip(f"only {len(judged)} of {len(rows)} metrics repeated within their tolerance between two "
                     f"back-to-back runs of the same load: this host is too noisy to hold predictions to the "
                     f"targets\n{report}")
+    states = [line for line in failures(outcomes) if "expected" in line]
+    assert not states, f"a case did not reach the state it exists for: {states}\n{report}"
     misses = failures(outcomes, judgeable_only=True)
     if misses:
         pytest.xfail(KNOWN_MISSES + "\n" + "\n".join(misses) + "\n" + report)
