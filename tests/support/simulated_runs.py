@@ -4,21 +4,28 @@ calibration fitted on them can be held against the model that made them."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from vllm_tune.tools.bench.api import RunBenchmarkInput
-from vllm_tune.tools.whatif.calibrate import DEFAULT_PROBE
+from vllm_tune.tools.whatif.calibrate import DEFAULT_PROBE, ProbePoint
 from vllm_tune.tools.whatif.results import load_from_request, summarize
-from vllm_tune.tools.whatif.simulate import EngineConfig, StepModel, run
+from vllm_tune.tools.whatif.simulate import EngineConfig, Load, StepModel, run
 
 
-def write_probe_results(folder: Path, engine: EngineConfig, true: StepModel) -> list[str]:
-    paths = []
+def simulated_probe(engine: EngineConfig, true: StepModel) -> Iterator[tuple[int, ProbePoint, Load, dict[str, Any]]]:
+    """Each default probe load (seed = its index) and the summary `true` gives it."""
     for i, p in enumerate(DEFAULT_PROBE):
         req = RunBenchmarkInput(url="http://127.0.0.1:1", concurrency=p.concurrency, num_prompts=p.num_prompts,
                                 input_len=p.input_len, output_len=p.output_len, seed=i)
         load = load_from_request(req)
-        res = summarize(run(engine, true, load), load, engine, true, percentiles=[50.0, 90.0])
+        yield i, p, load, summarize(run(engine, true, load), load, engine, true, percentiles=[50.0, 90.0])
+
+
+def write_probe_results(folder: Path, engine: EngineConfig, true: StepModel) -> list[str]:
+    paths = []
+    for i, p, load, res in simulated_probe(engine, true):
         res.update(input_lens=[x for x, _ in load.lens], output_lens=[y for _, y in load.lens],
                    server={"cache_config": {"num_gpu_blocks": str(engine.num_gpu_blocks),
                                             "block_size": str(engine.block_size)}},

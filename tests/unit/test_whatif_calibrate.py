@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from support.simulated_runs import simulated_probe
 
-from vllm_tune.tools.bench.api import RunBenchmarkInput
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.whatif.calibrate import (
-    DEFAULT_PROBE,
     Observed,
     calibrate_from_results,
     engine_from,
@@ -19,7 +18,7 @@ from vllm_tune.tools.whatif.calibrate import (
     save,
 )
 from vllm_tune.tools.whatif.fit import nonnegative_least_squares, solve
-from vllm_tune.tools.whatif.results import load_from_request, summarize
+from vllm_tune.tools.whatif.results import summarize
 from vllm_tune.tools.whatif.simulate import EngineConfig, StepModel, run
 
 TRUE = StepModel(fixed_s=0.006, per_decode_seq_s=0.0004, per_prefill_token_s=0.00003, per_context_token_s=0.0,
@@ -28,14 +27,7 @@ ENGINE = EngineConfig(num_gpu_blocks=16384, block_size=128, max_num_seqs=128, ma
 
 
 def _synthetic_runs(model: StepModel) -> list[Observed]:
-    out = []
-    for i, p in enumerate(DEFAULT_PROBE):
-        req = RunBenchmarkInput(url="http://127.0.0.1:1", concurrency=p.concurrency, num_prompts=p.num_prompts,
-                                input_len=p.input_len, output_len=p.output_len, seed=i)
-        load = load_from_request(req)
-        res = summarize(run(ENGINE, model, load), load, ENGINE, model, percentiles=[50.0, 90.0])
-        out.append(Observed(f"p{i}", load, res))
-    return out
+    return [Observed(f"p{i}", load, res) for i, _p, load, res in simulated_probe(ENGINE, model)]
 
 
 def test_solver_and_nonnegative_fit() -> None:
