@@ -114,16 +114,22 @@ def sized_overload(round_s: float, seats: int, span_s: float = 14.0, max_tokens:
     return load.LoadState("overload_sized", (), requests, max_tokens, 16, requests, f"{requests} at once")
 
 
-def paced_overload_window(server: VllmServer, round_s: float, min_window_s: float = 2.0, seats: int = 2,
+def paced_overload_window(server: VllmServer, min_window_s: float = 2.0, seats: int = 2,
                           **kwargs: object) -> DiagnoseOutput:
-    """Diagnose an overload while its queue is deep, whatever the machine's speed: let two rounds of `seats`
-    (max_num_seqs) requests finish, then observe for about four rounds (of 20 or more), so many still wait at
-    the end of the window. The TTFT target is one round (`round_s`, a request measured alone): a request
-    reaching its first token in the window waited at least two, so every one misses it."""
+    """Diagnose an overload while its queue is deep, whatever the machine's speed: time two rounds of `seats`
+    (max_num_seqs) requests under this very load (from the first request to finish to the one after two
+    rounds more), then observe for about four such rounds (at least `min_window_s`), so many requests finish
+    in the window and many still wait at its end. The TTFT target is one such round: a request reaching its
+    first token in the window queued behind at least two, so every one misses it. A request measured alone
+    beforehand (`one_round_s`, which sizes the load) is no measure of either on a busy machine: it swings with
+    the load beside it."""
     base = finished(server.url)
-    _wait_finished(server.url, base + 2 * seats)
-    window = max(min_window_s, min(6.0, 4 * round_s))
-    return diagnose(url=server.url, window_s=window, slo={"ttft": max(1.0, round_s * 1000.0)}, **kwargs)
+    _wait_finished(server.url, base + 1)
+    t0 = time.monotonic()
+    _wait_finished(server.url, base + 1 + 2 * seats)
+    round_here = (time.monotonic() - t0) / 2
+    window = max(min_window_s, min(30.0, 4 * round_here))
+    return diagnose(url=server.url, window_s=window, slo={"ttft": max(1.0, round_here * 1000.0)}, **kwargs)
 
 
 def test_overload_top_finding_is_capacity_bound(vllm_server_factory: VllmFactory) -> None:
@@ -133,7 +139,7 @@ def test_overload_top_finding_is_capacity_bound(vllm_server_factory: VllmFactory
         round_s = one_round_s(server)
         state = sized_overload(round_s, seats=2)
         out = during(lambda: load.drive_state(server.url, server.model, state), 0.0,  # noqa: B023
-                     lambda: paced_overload_window(server, round_s, serve_flags={"max_num_seqs": 2}))  # noqa: B023
+                     lambda: paced_overload_window(server, serve_flags={"max_num_seqs": 2}))
         # The state this test needs is load inside the window; when the machine's speed changed between sizing
         # the load and observing it, the window can miss the load entirely: set the state up again, once.
         if not out.verdict.startswith("idle"):
@@ -196,7 +202,7 @@ def test_prometheus_path_matches_direct_scrape(vllm_server_factory: VllmFactory)
             round_s = one_round_s(server)
             deep = sized_overload(round_s, seats=2)
             direct = during(lambda: load.drive_state(server.url, server.model, deep), 0.0,  # noqa: B023
-                            lambda: paced_overload_window(server, round_s, min_window_s=6.0,  # noqa: B023
+                            lambda: paced_overload_window(server, min_window_s=6.0,
                                                           serve_flags=flags))
             if direct.bottleneck == "triage.ttft-high-queue-growing":
                 break
@@ -205,7 +211,8 @@ def test_prometheus_path_matches_direct_scrape(vllm_server_factory: VllmFactory)
         via = diagnose(prometheus_url=prom.url, prometheus_end=direct.window_end_unix,
                        window_s=direct.window_end_unix - direct.window_start_unix, serve_flags=flags,
                        slo=direct.slo and {"ttft": direct.slo["ttft"].target_ms})
-    assert via.bottleneck == direct.bottleneck == "triage.ttft-high-queue-growing"
+    assert via.bottleneck == direct.bottleneck == "triage.ttft-high-queue-growing", (
+        direct.window_s, direct.workload, via.window_s, via.workload, via.caveats)
     # The stall rule reads the running average, which Prometheus's 1 s samples and the direct gauge samples see
     # differently right at the window's edge; every other warning must agree.
     edge = "triage.running-below-limit-stall"
