@@ -19,7 +19,8 @@ def _series(name: str, value: float, **labels: str) -> dict[str, Any]:
     return {"metric": {"__name__": name, "engine": "0", "model_name": "m", **labels}, "value": [0, str(value)]}
 
 
-def _api(first_scrape: float) -> httpx.MockTransport:
+def _api(first_scrape: float, end_lag_s: float = 0.0) -> httpx.MockTransport:
+    """Scrapes every second from `first_scrape` on, except none in the last `end_lag_s` before END."""
     def handle(request: httpx.Request) -> httpx.Response:
         params = request.url.params
         if request.url.path == "/api/v1/query_range":
@@ -35,6 +36,10 @@ def _api(first_scrape: float) -> httpx.MockTransport:
         query, at = params["query"], float(params.get("time", END))
         if query.startswith("histogram_quantile"):
             return httpx.Response(200, json={"status": "success", "data": {"result": []}})
+        if query.startswith("timestamp("):
+            scraped = float(int(min(at, END - end_lag_s)))
+            stamps = [_series("vllm:num_requests_running", scraped)] if scraped >= first_scrape else []
+            return httpx.Response(200, json={"status": "success", "data": {"result": stamps}})
         if at < first_scrape:
             result: list[dict[str, Any]] = []
         else:
@@ -57,3 +62,17 @@ def test_no_series_anywhere_is_a_target_error() -> None:
     client = httpx.Client(transport=_api(first_scrape=10_000.0))
     with pytest.raises(TargetError, match="no vllm:\\* series"):
         read_prometheus(client, "http://prom", selector=None, model=None, window_s=300, end=END)
+
+
+def test_counters_are_dated_by_their_scrape_not_by_the_query() -> None:
+    # Scrapes failed for the last 12 s of a 40 s window (a busy server answering /metrics after the scrape
+    # timeout): the end's counters are 12 s old, so their increase covers 28 s, and rates must use 28 s.
+    client = httpx.Client(transport=_api(FIRST_SCRAPE, end_lag_s=12.0))
+    window, _, _ = read_prometheus(client, "http://prom", selector=None, model=None, window_s=40, end=END)
+    assert window.seconds == pytest.approx(28.0)
+    assert window.after.timestamp == pytest.approx(END - 12.0)
+    assert any("scraped 28.0 s apart, not 40 s" in c for c in window.caveats)
+    # Scrapes on time: the ends are dated by their scrapes (here on the second), and nothing is said.
+    fresh, _, _ = read_prometheus(httpx.Client(transport=_api(FIRST_SCRAPE)), "http://prom", selector=None,
+                                  model=None, window_s=40, end=END)
+    assert fresh.seconds == pytest.approx(40.0) and not fresh.caveats

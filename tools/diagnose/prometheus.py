@@ -101,6 +101,32 @@ def _snapshot_at(client: httpx.Client, base: str, matchers: str, at: float, labe
     return snapshot_from_samples(samples, label, timestamp=at)
 
 
+def _sample_time(client: httpx.Client, base: str, matchers: str, at: float) -> float | None:
+    """When the samples an instant query at `at` answers with were scraped (the newest replica's). Prometheus
+    answers with each series' latest sample up to five minutes old, so while its scrapes fail (a busy server
+    answering /metrics after the scrape timeout) the values are older than the query time says."""
+    sel = f"vllm:num_requests_running{{{matchers}}}" if matchers else "vllm:num_requests_running"
+    try:
+        result = _instant(client, base, f"timestamp({sel})", at)
+    except TargetError:
+        return None
+    times: list[float] = []
+    for item in result:
+        try:
+            times.append(float(item["value"][1]))
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+    return max(times) if times else None
+
+
+def _dated(client: httpx.Client, base: str, matchers: str, snap: Snapshot, at: float) -> float:
+    """The snapshot re-dated to its samples' scrape time (the query time when Prometheus cannot say)."""
+    scraped = _sample_time(client, base, matchers, at)
+    if scraped is not None and scraped <= at:
+        snap.timestamp = scraped
+    return snap.timestamp if snap.timestamp is not None else at
+
+
 def _gauge_samples(client: httpx.Client, base: str, matchers: str, start: float, end: float) -> list[Snapshot]:
     step = max(1.0, (end - start) / MAX_POINTS)
     sel = f'{{__name__=~"{_GAUGES}"{"," + matchers if matchers else ""}}}'
@@ -162,6 +188,15 @@ def read_prometheus(client: httpx.Client, base: str, *, selector: str | None, mo
         caveats.append(f"Prometheus has these series only since {time.strftime('%H:%M:%SZ', time.gmtime(first))}: "
                        f"the window is {stop - first:.0f} s instead of {window_s:g} s")
         start, window_s = first, stop - first
+    # The counters' window is the time between the two ends' scrapes, not between the query times: the same
+    # up to a scrape interval normally, seconds shorter when scrapes failed near an end.
+    asked = window_s
+    measured = _dated(client, base, matchers, after, stop) - _dated(client, base, matchers, before, start)
+    if measured > 0:
+        window_s = measured
+        if abs(measured - asked) > max(2.0, 0.1 * asked):
+            caveats.append(f"Prometheus's samples at the window's ends were scraped {measured:.1f} s apart, not "
+                           f"{asked:g} s (scrapes failed or lagged near an end): rates use the {measured:.1f} s")
     cross = _cross_check(client, base, _matchers(check_selector(selector), model), stop, window_s)
     if not samples:
         caveats.append("Prometheus returned no gauge samples in the range; gauges are read at the ends")
