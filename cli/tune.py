@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -196,7 +197,12 @@ def _starting_servers(handler: Callable[[argparse.Namespace], int]) -> Callable[
         except Terminated as exc:
             print(f"vllm-tune: stopped by {signal.Signals(exc.signum).name}: the trial server was stopped and the "
                   f"trial left to run again (`vllm-tune tune run {args.session} --yes`)", file=sys.stderr)
-            return 128 + exc.signum
+            # The server is stopped and the session saved. Exit now: the interpreter's normal exit joins every
+            # worker thread, and one still blocked on I/O of the interrupted benchmark (a scrape or a name
+            # lookup on a starved host) kept a terminated process alive for minutes beside stress-ng.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + exc.signum)
 
     return run
 

@@ -41,9 +41,11 @@ async def test_a_benchmark_run_is_diagnosed_by_its_run_id(vllm_server: Any, tmp_
 
 async def test_a_stopped_run_keeps_the_window_it_had(vllm_server: Any, tmp_path: Path) -> None:
     started = time.monotonic()
+    # Stopped after 4 s of a load that takes over 30 s on a fast idle box (2000 x 64 tokens on 2 streams) and
+    # finishes its first requests within a second or so on a slow one.
     out = await run_benchmark(RunBenchmarkInput(
-        url=vllm_server.url, model=vllm_server.model, concurrency=2, num_prompts=400, input_len=32, output_len=16,
-        warmup_requests=0, save_result=str(tmp_path)), stop=lambda: time.monotonic() - started > 8.0)
+        url=vllm_server.url, model=vllm_server.model, concurrency=2, num_prompts=2000, input_len=32, output_len=64,
+        warmup_requests=0, save_result=str(tmp_path)), stop=lambda: time.monotonic() - started > 4.0)
     assert out.state == "cancelled" and out.result is not None and 0 < out.result.completed < 400
     diag = await diagnose_metrics(DiagnoseInput(run_id=out.run_id, results_dir=str(tmp_path)))
     finished = diag.workload.finished_requests or 0

@@ -129,7 +129,11 @@ def paced_overload_window(server: VllmServer, min_window_s: float = 2.0, seats: 
     _wait_finished(server.url, base + 1 + 2 * seats)
     round_here = (time.monotonic() - t0) / 2
     window = max(min_window_s, min(30.0, 4 * round_here))
-    return diagnose(url=server.url, window_s=window, slo={"ttft": max(1.0, round_here * 1000.0)}, **kwargs)
+    out = diagnose(url=server.url, window_s=window, slo={"ttft": max(1.0, round_here * 1000.0)}, **kwargs)
+    # Shown when a test fails: how the window was paced, and the server's own count around it.
+    print(f"paced window: {base:.0f} finished before, round {round_here:.3f} s timed, {window:.1f} s window, "
+          f"{finished(server.url):.0f} finished after")
+    return out
 
 
 def test_overload_top_finding_is_capacity_bound(vllm_server_factory: VllmFactory) -> None:

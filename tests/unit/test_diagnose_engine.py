@@ -166,7 +166,19 @@ def test_bundled_rules_keep_stable_ids_and_only_known_signals() -> None:
     # every signal a rule reads either says in which direction it means trouble, or is context by design
     context = {"running_mean", "running_over_max_num_seqs", "running_max_over_max_num_seqs", "server_utilisation",
                "finished_requests", "decode_share_of_e2el", "window_seconds", "prefix_hit_rate",
-               "spec_decode_acceptance_rate"}
+               "prefix_hit_rate_lifetime", "spec_decode_acceptance_rate"}
     assert {s.signal for e in triage for s in e.signals} - set(PROBLEM_WHEN) <= context
     thrash = load_knowledge().get("triage.preemption-kv-thrash")
     assert "--swap-space" not in {a.target for a in thrash.actions}
+
+
+@pytest.mark.parametrize("lifetime, fires", [(0.60, True), (0.013, False)])
+def test_a_prefix_cache_cliff_needs_a_cache_that_served_before(lifetime: float, fires: bool) -> None:
+    # Seen on the suite's server: lifetime 1.3% (warm-up requests sharing a prompt), window 0%: a 100% "drop"
+    # from a cache that never served anything is no cliff.
+    kb = load_knowledge()
+    signals = SignalSet()
+    signals.put("prefix_hit_rate_drop", 1.0, "window 0.0% vs lifetime")
+    signals.put("prefix_hit_rate_lifetime", lifetime, "lifetime")
+    findings, _ = evaluate(kb, signals, version="0.32.0")
+    assert ("triage.prefix-cache-hit-cliff" in {f.id for f in findings}) is fires

@@ -61,6 +61,7 @@ SIGNAL_DOCS: dict[str, str] = {
     "prefix_caching_enabled": "1 if prefix caching is on, 0 if off",
     "prefix_hit_rate": "prefix-cache hit rate in the window (token weighted)",
     "prefix_hit_rate_drop": "1 - window hit rate / lifetime hit rate",
+    "prefix_hit_rate_lifetime": "prefix-cache hit rate over the server's lifetime (token weighted)",
     "abort_fraction": "share of finished requests that were aborted",
     "error_fraction": "share of finished requests that ended in an error",
     "http_client_error_fraction": "share of HTTP responses with a 4xx status",
@@ -268,6 +269,8 @@ def _mix_signals(s: SignalSet, x: Inputs) -> None:
         if queries >= 1000:
             s.put("prefix_hit_rate_drop", 1.0 - w.prefix_cache_hit_rate / w.prefix_cache_hit_rate_lifetime,
                   f"window {w.prefix_cache_hit_rate:.1%} vs lifetime {w.prefix_cache_hit_rate_lifetime:.1%}")
+            s.put("prefix_hit_rate_lifetime", w.prefix_cache_hit_rate_lifetime,
+                  "prefix_cache_hits / prefix_cache_queries since the server started")
     if w.finished_requests:
         s.put("abort_fraction", w.finish_reasons.get("abort", 0.0), "finished_reason=abort share")
         s.put("error_fraction", w.finish_reasons.get("error", 0.0), "finished_reason=error share")
