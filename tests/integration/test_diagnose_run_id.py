@@ -40,13 +40,20 @@ async def test_a_benchmark_run_is_diagnosed_by_its_run_id(vllm_server: Any, tmp_
 
 
 async def test_a_stopped_run_keeps_the_window_it_had(vllm_server: Any, tmp_path: Path) -> None:
-    started = time.monotonic()
-    # Stopped after 4 s of a load that takes over 30 s on a fast idle box (2000 x 64 tokens on 2 streams) and
-    # finishes its first requests within a second or so on a slow one.
+    # Stopped 2 s after its first request finished, of a load that takes about a minute on a fast idle box
+    # (600 x 64 tokens on 2 streams). The clock starts at the first finish, not at the call: building 600
+    # exact-length prompts through /tokenize alone can take longer than a fixed delay on a slow machine.
+    first_done: list[float] = []
+
+    async def report(done: float, total: float | None, message: str) -> None:
+        if done >= 1 and not first_done:
+            first_done.append(time.monotonic())
+
     out = await run_benchmark(RunBenchmarkInput(
-        url=vllm_server.url, model=vllm_server.model, concurrency=2, num_prompts=2000, input_len=32, output_len=64,
-        warmup_requests=0, save_result=str(tmp_path)), stop=lambda: time.monotonic() - started > 4.0)
-    assert out.state == "cancelled" and out.result is not None and 0 < out.result.completed < 400
+        url=vllm_server.url, model=vllm_server.model, concurrency=2, num_prompts=600, input_len=32, output_len=64,
+        warmup_requests=0, save_result=str(tmp_path)), report=report,
+        stop=lambda: bool(first_done) and time.monotonic() - first_done[0] > 2.0)
+    assert out.state == "cancelled" and out.result is not None and 0 < out.result.completed < 600
     diag = await diagnose_metrics(DiagnoseInput(run_id=out.run_id, results_dir=str(tmp_path)))
     finished = diag.workload.finished_requests or 0
     # Requests cut off by the stop may still finish on the server after the client gave up on them.
