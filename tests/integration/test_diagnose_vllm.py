@@ -129,7 +129,13 @@ def paced_overload_window(server: VllmServer, min_window_s: float = 2.0, seats: 
     _wait_finished(server.url, base + 1 + 2 * seats)
     round_here = (time.monotonic() - t0) / 2
     window = max(min_window_s, min(30.0, 4 * round_here))
-    out = diagnose(url=server.url, window_s=window, slo={"ttft": max(1.0, round_here * 1000.0)}, **kwargs)
+    slo = {"ttft": max(1.0, round_here * 1000.0)}
+    out = diagnose(url=server.url, window_s=window, **kwargs, slo=slo)
+    if out.verdict.startswith("abstaining: too few requests finished"):
+        # The machine slowed between timing the rounds and the window (seen beside stress-ng: 2 of 8 expected
+        # requests finished in a 2.2 s window); the sized queue still lasts, so observe it once more, longer.
+        window = min(30.0, max(6.0, 3 * window))
+        out = diagnose(url=server.url, window_s=window, **kwargs, slo=slo)
     # Shown when a test fails: how the window was paced, and the server's own count around it.
     print(f"paced window: {base:.0f} finished before, round {round_here:.3f} s timed, {window:.1f} s window, "
           f"{finished(server.url):.0f} finished after")
