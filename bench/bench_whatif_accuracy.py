@@ -50,7 +50,8 @@ async def main() -> int:
             print(f"case {i + 1}/{len(CASES)} {case.name} ({time.monotonic() - t0:.0f} s): calibration "
                   f"fixed {m.fixed_s * 1e3:.2f} ms, {m.per_decode_seq_s * 1e3:.3f} ms/seq, "
                   f"{m.per_prefill_token_s * 1e6:.1f} us/prefill token, {m.per_context_token_s * 1e9:.1f} ns/ctx, "
-                  f"hand-off {m.request_overhead_s * 1e3:.1f} ms; residuals within "
+                  f"hand-off {m.request_overhead_s * 1e3:.1f} ms + {m.overhead_per_request_in_flight_s * 1e3:.2f} "
+                  f"ms/request in flight, ITL spread {m.itl_spread:.2f}; residuals within "
                   f"{cal.max_abs_relative_error or 0:.0%}", flush=True)
         print()
         print(table(outcomes))

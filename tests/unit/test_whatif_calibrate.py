@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.simulated_runs import simulated_probe
 
+from vllm_tune.tools.bench.api import RunBenchmarkInput
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.whatif.calibrate import (
     Observed,
@@ -18,7 +20,7 @@ from vllm_tune.tools.whatif.calibrate import (
     save,
 )
 from vllm_tune.tools.whatif.fit import nonnegative_least_squares, solve
-from vllm_tune.tools.whatif.results import summarize
+from vllm_tune.tools.whatif.results import load_from_request, summarize
 from vllm_tune.tools.whatif.simulate import EngineConfig, StepModel, run
 
 TRUE = StepModel(fixed_s=0.006, per_decode_seq_s=0.0004, per_prefill_token_s=0.00003, per_context_token_s=0.0,
@@ -145,3 +147,51 @@ def test_runs_of_servers_with_other_flags_are_each_simulated_with_their_own() ->
     assert fitted["max-num-seqs-4"].fitted > 1.6 * fitted["max-num-seqs-2"].fitted
     told = calibrate_from_results(runs, serve_flags={"max_num_seqs": "3"})  # the caller's word holds for every run
     assert [f["max_num_seqs"] for f in told.conditions["run_scheduler_flags"]] == ["3", "3"]
+
+
+def test_fit_recovers_a_hand_off_that_grows_with_the_requests_in_flight() -> None:
+    # Like the suite's CPU server: the API server and the client stream every request in flight, and a new
+    # request's first token waits its share (measured there: about 1.5 ms more per request in flight).
+    crowded = TRUE.model_copy(update={"overhead_per_request_in_flight_s": 0.0015})
+    cal = fit(_synthetic_runs(crowded), ENGINE, source="results")
+    got = cal.step_model
+    assert got.overhead_per_request_in_flight_s == pytest.approx(0.0015, rel=0.3)
+    # Beyond the probe's top concurrency (32): the prediction follows the truth, a constant hand-off would not.
+    load = load_from_request(RunBenchmarkInput(url="http://127.0.0.1:1", concurrency=64, num_prompts=192,
+                                               input_len=128, output_len=64, seed=9))
+    truth = summarize(run(ENGINE, crowded, load), load, ENGINE, crowded, percentiles=[50.0])
+    pred = summarize(run(ENGINE, got, load), load, ENGINE, got, percentiles=[50.0])
+    assert pred["median_ttft_ms"] == pytest.approx(truth["median_ttft_ms"], rel=0.15)
+    flat = got.model_copy(update={"overhead_per_request_in_flight_s": 0.0})
+    assert summarize(run(ENGINE, flat, load), load, ENGINE, flat, percentiles=[50.0])["median_ttft_ms"] < \
+        0.8 * truth["median_ttft_ms"]
+
+
+def test_fit_recovers_the_spread_of_delivered_token_gaps() -> None:
+    uneven = TRUE.model_copy(update={"itl_spread": 0.35})
+    runs = _synthetic_runs(uneven)
+    cal = fit(runs, ENGINE, source="results")
+    assert cal.step_model.itl_spread == pytest.approx(0.35, abs=0.05)
+    for r in cal.residuals:
+        if r.metric == "p90_itl_ms":
+            assert abs(r.relative_error) < 0.1, r
+    # Runs without spread fit none.
+    assert fit(_synthetic_runs(TRUE), ENGINE, source="results").step_model.itl_spread <= 0.05
+
+
+@pytest.mark.anyio
+async def test_each_probe_draws_fresh_prompts_unless_given_a_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A probe that repeated an earlier probe's prompts would be served from the prefix cache.
+    from vllm_tune.tools.whatif import calibrate as cal_mod
+
+    seeds: list[int] = []
+
+    async def fake_run(req: RunBenchmarkInput) -> Any:
+        seeds.append(req.seed)
+        raise BadInputError("stop after recording the seed")
+
+    monkeypatch.setattr(cal_mod, "run_benchmark", fake_run)
+    for seed in (None, None, 40):
+        with pytest.raises(BadInputError, match="stop after"):
+            await cal_mod.probe("http://127.0.0.1:1", seed=seed)
+    assert seeds[0] != seeds[1] and seeds[2] == 40

@@ -159,3 +159,32 @@ def test_stream_start_floors_ttft_and_bundles_early_tokens() -> None:
     assert res["median_itl_ms"] == pytest.approx(0.0)
     # The closed-loop client sends its next request only when it has seen the last token.
     assert tr.send[1] == pytest.approx(0.050)
+
+
+def test_each_request_in_flight_lengthens_a_new_requests_hand_off() -> None:
+    # Steps of a fixed 10 ms whatever the batch, so that only the hand-off differs between the two runs.
+    flat = StepModel(fixed_s=0.010, per_decode_seq_s=0.0, per_prefill_token_s=0.0, request_overhead_s=0.002)
+    crowded = flat.model_copy(update={"overhead_per_request_in_flight_s": 0.005})
+    load = Load(lens=[(32, 20)] * 90, concurrency=9)
+    cfg = EngineConfig(num_gpu_blocks=10_000)
+    base, more = (summarize(run(cfg, m, load), load, cfg, m, percentiles=[50.0]) for m in (flat, crowded))
+    # In a closed loop of 9 a request is sent while 8 others are in flight: 40 ms more hand-off, give or
+    # take the wait for the next step boundary.
+    assert more["median_ttft_ms"] - base["median_ttft_ms"] == pytest.approx(40.0, abs=10.0)
+    assert crowded.hand_off_s(8) == pytest.approx(0.042)
+
+
+def test_itl_spread_keeps_the_mean_gap_and_widens_p90_as_a_log_normal() -> None:
+    flat = StepModel(fixed_s=0.010, per_decode_seq_s=0.0, per_prefill_token_s=0.0)
+    load = Load(lens=[(16, 200)] * 4, concurrency=4)
+    cfg = EngineConfig(num_gpu_blocks=10_000)
+    tr = run(cfg, flat, load)
+    sigma = 0.35
+    plain = summarize(tr, load, cfg, flat, percentiles=[50.0, 90.0])
+    spread = summarize(tr, load, cfg, flat.model_copy(update={"itl_spread": sigma}), percentiles=[50.0, 90.0])
+    assert plain["p90_itl_ms"] == pytest.approx(10.0)
+    assert spread["mean_itl_ms"] == pytest.approx(plain["mean_itl_ms"], rel=1e-6)
+    # Log-normal with mean 1: median exp(-s^2/2), p90 exp(1.2816 s - s^2/2); 16 quantile points approximate it.
+    assert spread["median_itl_ms"] == pytest.approx(10.0 * math.exp(-sigma**2 / 2), rel=0.03)
+    assert spread["p90_itl_ms"] == pytest.approx(10.0 * math.exp(1.2816 * sigma - sigma**2 / 2), rel=0.05)
+    assert spread["median_ttft_ms"] == plain["median_ttft_ms"]  # only delivered gaps spread

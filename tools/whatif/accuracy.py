@@ -36,11 +36,19 @@ class Case:
     flags: dict[str, str]  # server flags of B beyond A's (empty: B runs on A)
     load: dict[str, Any]  # RunBenchmarkInput fields of the load
     expect: str = ""  # "queues" or "preempts": what the case is there to exercise
+    # The load of run A, the reference the change is judged from (and part of the calibration): by default B's
+    # own load (a change of server flags); a case that changes the load names the load it changes from.
+    ref_load: dict[str, Any] | None = None
+
+    @property
+    def reference_load(self) -> dict[str, Any]:
+        return self.ref_load if self.ref_load is not None else self.load
 
 
-# A shorter probe than the default (three closed loops, ~130 requests) so that it can run before every case.
+# A shorter probe than the default (four closed loops, ~140 requests) so that it can run before every case.
 # Outputs are long enough that the engine, not the start of the response stream, sets each request's time.
 QUICK_PROBE = [
+    ProbePoint(concurrency=2, input_len=64, output_len=64, num_prompts=12),
     ProbePoint(concurrency=8, input_len=64, output_len=128, num_prompts=32),
     ProbePoint(concurrency=32, input_len=128, output_len=96, num_prompts=64),
     ProbePoint(concurrency=8, input_len=512, output_len=64, num_prompts=32),
@@ -89,7 +97,9 @@ class Row:
 
     @property
     def direction_judged(self) -> bool:
-        return abs(self.measured_change) >= NOISE_BAND
+        """A clear change: beyond the noise band and beyond what two runs of the same B differ by."""
+        spread = 0.0 if math.isnan(self.repeat_spread) else self.repeat_spread
+        return abs(self.measured_change) >= max(NOISE_BAND, spread)
 
     @property
     def direction_right(self) -> bool:
@@ -119,9 +129,10 @@ def predict(cal: Calibration, engine: EngineConfig, req: RunBenchmarkInput) -> d
     return summarize(run(engine, cal.step_model, load), load, engine, cal.step_model, percentiles=[50.0, 90.0])
 
 
-async def measure(url: str, case: Case, seed: int, save_result: str) -> dict[str, Any]:
+async def measure(url: str, case: Case, seed: int, save_result: str,
+                  load: dict[str, Any] | None = None) -> dict[str, Any]:
     req = RunBenchmarkInput(url=url, percentiles=[50.0, 90.0], seed=seed, save_result=save_result,
-                            warmup_requests=2, label=case.name, **case.load)
+                            warmup_requests=2, label=case.name, **(case.load if load is None else load))
     out = await run_benchmark(req)
     assert out.result is not None
     return out.result.model_dump(mode="json")
@@ -134,24 +145,26 @@ async def run_case(a_url: str, a_flags: dict[str, str], start: StartServer, case
                    save_result: str, points: list[ProbePoint] | None = None) -> tuple[Calibration, CaseOutcome]:
     """Calibrate on A, reference on A, then B twice (on a server with the case's flags); all predicted.
 
-    When B changes only server flags, A's run of the same load is part of the calibration (calibrate on
-    run A, predict B); when B changes the load, the calibration has only the probe, whose loads differ."""
+    Run A (the case's reference load on A: B's own load when B changes server flags, the load B changes from
+    when B changes the load) joins the probe in the calibration: calibrate on run A, predict B."""
     b_url = await start(case.flags) if case.flags else a_url  # started first: its start-up is not in the window
+    # Every run draws its own prompts (seeds apart): a run that repeated an earlier one's prompts would be
+    # served from the prefix cache, which the simulator does not model.
     observed, engine, conditions = await probe(a_url, points=points or QUICK_PROBE, serve_flags=a_flags,
-                                               save_result=save_result)
-    ref_req = RunBenchmarkInput(url=a_url, seed=seed, **case.load)
-    ref = await measure(a_url, case, seed, save_result)
-    if case.flags:
-        observed.append(observed_from_result(ref, "A, same load"))
+                                               save_result=save_result, seed=10 * seed)
+    ref_req = RunBenchmarkInput(url=a_url, seed=seed, **case.reference_load)
+    b_req = RunBenchmarkInput(url=a_url, seed=seed + 1000, **case.load)
+    ref = await measure(a_url, case, seed, save_result, load=case.reference_load)
+    observed.append(observed_from_result(ref, "A"))
     cal = fit(observed, engine, source="probe", conditions=conditions)
-    got = await measure(b_url, case, seed, save_result)
-    again = await measure(b_url, case, seed + 1000, save_result)
+    got = await measure(b_url, case, seed + 1000, save_result)
+    again = await measure(b_url, case, seed + 2000, save_result)
     b_flags = {**a_flags, **case.flags}
     cache = dict((got.get("server") or {}).get("cache_config") or {})
     b_engine = engine_from(cache, b_flags, cal.engine.max_model_len) if cache else \
         cal.engine.model_copy(update=_engine_updates(b_flags))
     pred_ref = predict(cal, cal.engine, ref_req)
-    pred = predict(cal, b_engine, ref_req)
+    pred = predict(cal, b_engine, b_req)
     outcome = CaseOutcome(case)
     for metric in METRICS:
         outcome.rows.append(Row(case.name, metric, float(ref[metric]), float(got[metric]), float(pred[metric]),
@@ -224,15 +237,20 @@ def failures(outcomes: list[CaseOutcome], *, judgeable_only: bool = False) -> li
     return out
 
 
-# Six (config, load) pairs that each differ from the calibration probe (closed loops at concurrency
-# 1-24, prompts 32-512 tokens, outputs 32-64, on a server with vLLM's CPU defaults 128 / 2048).
+# Six (config, load) pairs that each differ from the calibration (QUICK_PROBE's closed loops at concurrency 2-32,
+# prompts 64-512 tokens, plus run A) on a server with vLLM's CPU defaults 128 / 2048. The load cases reach
+# beyond what calibrated them: concurrency 48 from run A's 16 (the probe's top is 32), prompts of 900 tokens
+# from run A's 300 (the probe's longest is 512), Poisson 6 req/s from run A's 2.
 CASES = [
     Case("concurrency 48, 192 in / 96 out", {}, {"concurrency": 48, "num_prompts": 144, "input_len": 192,
-                                                 "output_len": 96}),
+                                                 "output_len": 96},
+         ref_load={"concurrency": 16, "num_prompts": 64, "input_len": 192, "output_len": 96}),
     Case("Poisson 6 req/s, 256 in / 64 out", {}, {"rate": 6.0, "num_prompts": 90, "input_len": 256,
-                                                  "output_len": 64}),
+                                                  "output_len": 64},
+         ref_load={"rate": 2.0, "num_prompts": 30, "input_len": 256, "output_len": 64}),
     Case("long prompts 900 in / 40 out, c=6", {}, {"concurrency": 6, "num_prompts": 48, "input_len": 900,
-                                                   "output_len": 40}),
+                                                   "output_len": 40},
+         ref_load={"concurrency": 6, "num_prompts": 48, "input_len": 300, "output_len": 40}),
     Case("max_num_seqs 6, c=24 (queues)", {"--max-num-seqs": "6"},
          {"concurrency": 24, "num_prompts": 96, "input_len": 128, "output_len": 64}, expect="queues"),
     Case("max_num_batched_tokens 256, 700 in, c=8", {"--max-num-batched-tokens": "256"},

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -41,7 +42,7 @@ from vllm_tune.tools.whatif.simulate import (
 )
 
 COEFFICIENTS = ("fixed_s", "per_decode_seq_s", "per_prefill_token_s", "per_context_token_s", "request_overhead_s",
-                "stream_start_s")
+                "overhead_per_request_in_flight_s", "stream_start_s")
 MAX_ROUNDS = 12
 
 
@@ -185,7 +186,7 @@ def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[fl
     pre = _prefix(tr)
     feats = tr.step_features
     coef = [getattr(model, k) for k in COEFFICIENTS]
-    stream_row = [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    stream_row = [0.0] * (len(COEFFICIENTS) - 1) + [1.0]
 
     res = obs.result
     floor = model.stream_start_s
@@ -213,8 +214,9 @@ def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[fl
             f = tr.ready_frac[r]
             w = [w[0] + f, w[1] + f * d, w[2] + f * p, w[3] + f * c]
         dw = _window(pre, tr.first_step[r] + 1, tr.last_step[r])
-        ttft = visible([*w, 1.0, 0.0], ttft_engine)
-        e2el = visible([a + b for a, b in zip(w, dw, strict=True)] + [1.0, 0.0], e2el_engine)
+        hand_off = [1.0, float(tr.others_at_send[r])]
+        ttft = visible([*w, *hand_off, 0.0], ttft_engine)
+        e2el = visible([a + b for a, b in zip(w, dw, strict=True)] + [*hand_off, 0.0], e2el_engine)
         ttft_rows.append(ttft)
         e2el_rows.append(e2el)
         if o > 1:
@@ -242,7 +244,8 @@ def _initial(observed: list[Observed]) -> StepModel:
     base = min((t for t in tpots if t > 0), default=0.01)
     # Start the stream-start floor at half the smallest mean TTFT, so that the fit can see whether it binds.
     return StepModel(fixed_s=base, per_decode_seq_s=0.0, per_prefill_token_s=0.0, per_context_token_s=0.0,
-                     request_overhead_s=0.0, stream_start_s=0.5 * min((t for t in ttfts if t > 0), default=0.0))
+                     request_overhead_s=0.0, overhead_per_request_in_flight_s=0.0,
+                     stream_start_s=0.5 * min((t for t in ttfts if t > 0), default=0.0))
 
 
 def _weighted(found: list[tuple[str, list[float], float]]) -> tuple[list[list[float]], list[float]]:
@@ -260,23 +263,31 @@ def _weighted(found: list[tuple[str, list[float], float]]) -> tuple[list[list[fl
     return rows, ys
 
 
-def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditions: dict[str, Any] | None = None,
-        use_context: bool = True) -> Calibration:
-    """Fixed-point non-negative least squares of the step model on the observed runs."""
-    if not observed:
-        raise BadInputError("calibration needs at least one measured run")
-    model = _initial(observed)
-    usable = [True, True, True, use_context, True, True]
+def _starts(observed: list[Observed]) -> list[StepModel]:
+    """Starting points of the fixed point. Concurrency raises TTFT through queued prefills and through the
+    hand-off alike, and a start without any per-request hand-off can settle on prefill alone; so it is
+    also started from the slope of the closed-loop runs' mean TTFT over their concurrency (and half that)."""
+    base = _initial(observed)
+    points = [(float(o.load.concurrency - 1), float(o.result.get("mean_ttft_ms") or 0.0) / 1000.0)
+              for o in observed if o.load.offsets is None and o.load.concurrency and o.result.get("mean_ttft_ms")]
+    slope = 0.0
+    if len({x for x, _ in points}) > 1:
+        mx = sum(x for x, _ in points) / len(points)
+        my = sum(y for _, y in points) / len(points)
+        slope = max(0.0, sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points))
+    out = [base]
+    if slope > 0:
+        out += [base.model_copy(update={"overhead_per_request_in_flight_s": f * slope}) for f in (0.5, 1.0)]
+    return out
 
-    def tr_of(obs: Observed, m: StepModel) -> Trace:
-        return run(obs.engine or engine, m, obs.load, keep_windows=True)
 
+def _fixed_point(observed: list[Observed], engine: EngineConfig, model: StepModel,
+                 usable: list[bool]) -> tuple[StepModel, int, bool]:
     rounds = 0
-    converged = False
-    notes: list[str] = []
-    for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - rounds is reported
+    for rounds in range(1, MAX_ROUNDS + 1):
         found = [(metric, row, y) for obs in observed
-                 for metric, row, y in _rows(obs, tr_of(obs, model), model) if y > 0]
+                 for metric, row, y in _rows(obs, run(obs.engine or engine, model, obs.load, keep_windows=True),
+                                             model) if y > 0]
         rows, ys = _weighted(found)
         coef = nonnegative_least_squares(rows, ys, usable)
         if coef is None:
@@ -287,25 +298,78 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
                      for k in COEFFICIENTS if getattr(new, k) or getattr(model, k))
         model = new
         if change < 0.005:
-            converged = True
-            break
-    if not converged:
-        notes.append(f"the fit had not settled after {MAX_ROUNDS} rounds (last change above 0.5 %)")
+            return model, rounds, True
+    return model, rounds, False
+
+
+def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditions: dict[str, Any] | None = None,
+        use_context: bool = True) -> Calibration:
+    """Fixed-point non-negative least squares of the step model on the observed runs, from each of a few
+    starting points; the one that reproduces the runs' throughput, TTFT and TPOT best is kept."""
+    if not observed:
+        raise BadInputError("calibration needs at least one measured run")
+    usable = [True, True, True, use_context, True, True, True]
     seen = {"max_concurrency": max((o.load.concurrency or o.load.max_concurrency or 0) for o in observed) or None,
             "max_input_len": max(p for o in observed for p, _ in o.load.lens),
             "max_output_len": max(q for o in observed for _, q in o.load.lens),
             "runs": len(observed)}
-    cal = Calibration(step_model=model, engine=engine, source=source,
-                      conditions={**(conditions or {}), "seen": seen}, rounds=rounds, converged=converged,
-                      notes=notes)
+    best: tuple[float, Calibration] | None = None
+    for start in _starts(observed):
+        model, rounds, converged = _fixed_point(observed, engine, start, usable)
+        notes = [] if converged else [f"the fit had not settled after {MAX_ROUNDS} rounds (last change above 0.5 %)"]
+        cal = Calibration(step_model=model, engine=engine, source=source,
+                          conditions={**(conditions or {}), "seen": seen}, rounds=rounds, converged=converged,
+                          notes=notes)
+        # The spread of token gaps touches only ITL percentiles, so candidates are compared without them.
+        errs = [r.relative_error ** 2 for r in residuals(cal, observed, metrics=FIT_SCORE_METRICS)]
+        score = sum(errs) / len(errs) if errs else 0.0
+        if best is None or score < best[0]:
+            best = (score, cal)
+    assert best is not None
+    cal = best[1]
+    cal.step_model = cal.step_model.model_copy(update={"itl_spread": fit_itl_spread(observed, engine, cal.step_model)})
     cal.residuals = residuals(cal, observed)
     errs = [abs(r.relative_error) for r in cal.residuals]
     cal.max_abs_relative_error = max(errs) if errs else None
     return cal
 
 
+SPREAD_GRID = [i / 10 for i in range(0, 16)]  # log-normal sigma 0 .. 1.5, refined to 0.01 around the best
+
+
+def fit_itl_spread(observed: list[Observed], engine: EngineConfig, model: StepModel) -> float:
+    """The log-normal spread of delivered token gaps that best reproduces the runs' median and p90 ITL.
+
+    The step model sets the mean gap; how unevenly the client receives tokens (API server, network
+    stack and client sharing the host) is fitted here, on the same runs, by least squares of the log
+    errors of both percentiles over a grid of sigmas."""
+    targets: list[tuple[Observed, Trace, float, float]] = []
+    for obs in observed:
+        p50, p90 = obs.result.get("median_itl_ms"), obs.result.get("p90_itl_ms")
+        if not p50 or not p90 or float(p50) <= 0 or float(p90) <= 0:
+            continue  # a run whose tokens arrived in bursts has no median gap to fit
+        targets.append((obs, run(obs.engine or engine, model, obs.load), float(p50), float(p90)))
+    if not targets:
+        return 0.0
+
+    def error(sigma: float) -> float:
+        trial = model.model_copy(update={"itl_spread": sigma})
+        err = 0.0
+        for obs, tr, p50, p90 in targets:
+            sim = summarize(tr, obs.load, obs.engine or engine, trial, percentiles=[50.0, 90.0])
+            if sim["median_itl_ms"] <= 0 or sim["p90_itl_ms"] <= 0:
+                return math.inf
+            err += math.log(sim["median_itl_ms"] / p50) ** 2 + math.log(sim["p90_itl_ms"] / p90) ** 2
+        return err
+
+    coarse = min(SPREAD_GRID, key=error)
+    fine = [max(0.0, coarse + i / 100) for i in range(-10, 11)]
+    return min(fine, key=error)
+
+
 RESIDUAL_METRICS = ("request_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms", "p90_ttft_ms",
                     "p90_itl_ms")
+FIT_SCORE_METRICS = ("request_throughput", "median_ttft_ms", "median_tpot_ms", "p90_ttft_ms")
 
 
 def max_residual(cal: Calibration, quantities: list[str]) -> float | None:
@@ -315,12 +379,13 @@ def max_residual(cal: Calibration, quantities: list[str]) -> float | None:
     return max(own) if own else cal.max_abs_relative_error
 
 
-def residuals(cal: Calibration, observed: list[Observed]) -> list[Residual]:
+def residuals(cal: Calibration, observed: list[Observed],
+              metrics: tuple[str, ...] = RESIDUAL_METRICS) -> list[Residual]:
     out: list[Residual] = []
     for obs in observed:
         eng = obs.engine or cal.engine
         sim = summarize(run(eng, cal.step_model, obs.load), obs.load, eng, cal.step_model, percentiles=[50.0, 90.0])
-        for metric in RESIDUAL_METRICS:
+        for metric in metrics:
             measured = obs.result.get(metric)
             if not measured:
                 continue
@@ -332,9 +397,16 @@ def residuals(cal: Calibration, observed: list[Observed]) -> list[Residual]:
 
 async def probe(url: str, *, points: list[ProbePoint] | None = None, model: str | None = None,
                 serve_flags: dict[str, str] | None = None, confirm: bool = False,
-                save_result: str | None = None) -> tuple[list[Observed], EngineConfig, dict[str, Any]]:
-    """Run the probe loads with run_benchmark (same target policy and confirmation) and return the runs."""
+                save_result: str | None = None, seed: int | None = None,
+                ) -> tuple[list[Observed], EngineConfig, dict[str, Any]]:
+    """Run the probe loads with run_benchmark (same target policy and confirmation) and return the runs.
+
+    Point i's prompts come from seed + i. Without a seed every probe draws fresh prompts: a probe that
+    repeated an earlier one's prompts would find their prefixes in the server's prefix cache and fit
+    prefill costs far below what new prompts pay (seen on the suite's server: 75 % of a repeated probe's
+    prompt tokens were cache hits). The seed used is kept in the calibration's conditions."""
     plan = points or DEFAULT_PROBE
+    base = seed if seed is not None else random.SystemRandom().randrange(1 << 30)
     check_target(RunBenchmarkInput(url=url, concurrency=1, confirm=confirm))
     results_root = save_result or tempfile.mkdtemp(prefix="vllm-tune-whatif-")
     observed: list[Observed] = []
@@ -344,7 +416,7 @@ async def probe(url: str, *, points: list[ProbePoint] | None = None, model: str 
     for i, point in enumerate(plan):
         req = RunBenchmarkInput(url=url, model=model, concurrency=point.concurrency, num_prompts=point.num_prompts,
                                 input_len=point.input_len, output_len=point.output_len, confirm=confirm,
-                                save_result=results_root, seed=i, warmup_requests=2 if i == 0 else 1,
+                                save_result=results_root, seed=base + i, warmup_requests=2 if i == 0 else 1,
                                 serve_flags=dict(serve_flags or {}), label=f"probe-{i}")
         out = await run_benchmark(req)
         assert out.result is not None
@@ -360,7 +432,7 @@ async def probe(url: str, *, points: list[ProbePoint] | None = None, model: str 
                                                      f"out={point.output_len}"))
     engine = engine_from(cache_config, serve_flags, max_model_len)
     conditions = {"url": url, "server_version": version, "model": model, "date": datetime.now(UTC).isoformat(),
-                  "points": [p.model_dump() for p in plan], "results_dir": results_root,
+                  "points": [p.model_dump() for p in plan], "seed": base, "results_dir": results_root,
                   "serve_flags": dict(serve_flags or {})}
     return observed, engine, conditions
 

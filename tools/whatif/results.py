@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from statistics import NormalDist
 from typing import Any
 
 from vllm_tune.tools.bench import api as bench_api
@@ -82,14 +83,42 @@ def _weighted_stats(values: list[float], weights: list[int], extra: list[float],
     return out
 
 
-def _itl_stats(tr: Trace, hidden: int, percentiles: list[float]) -> dict[str, float]:
-    """ITL of the step log, with `hidden` of the per-step gaps turned into the zero gaps of a burst."""
+SPREAD_POINTS = 16  # quantiles of the log-normal spread each gap is expanded into
+
+
+def spread_factors(sigma: float) -> list[float]:
+    """Equal-weight quantiles of a log-normal factor with the given sigma, scaled to mean exactly 1."""
+    if sigma <= 0:
+        return [1.0]
+    unit = NormalDist()
+    raw = [math.exp(sigma * unit.inv_cdf((j + 0.5) / SPREAD_POINTS)) for j in range(SPREAD_POINTS)]
+    mean = sum(raw) / len(raw)
+    return [f / mean for f in raw]
+
+
+def itl_stats(tr: Trace, hidden: int, percentiles: list[float], spread: float = 0.0) -> dict[str, float]:
+    """ITL of the step log, with `hidden` of the per-step gaps turned into the zero gaps of a burst, and each
+    gap spread by the calibrated log-normal factor (the client sees tokens unevenly; their mean gap is the
+    engine's)."""
     steady = tr.steady_gaps
     total = sum(steady)
     if hidden and total:
         keep = max(0.0, 1.0 - hidden / total)
         steady = [round(w * keep) for w in steady]
-    return _weighted_stats([*tr.step_durations, 0.0], [*steady, min(hidden, total)], tr.odd_gaps, percentiles)
+    factors = spread_factors(spread)
+    if len(factors) > 1:  # merge steps of the same length (to the microsecond) before expanding each
+        merged: dict[float, int] = {}
+        for d, w in zip(tr.step_durations, steady, strict=True):
+            if w:
+                key = round(d, 6)
+                merged[key] = merged.get(key, 0) + w
+        durations, steady = list(merged), list(merged.values())
+    else:
+        durations = tr.step_durations
+    values = [d * f for d in durations for f in factors]
+    weights = [w for w in steady for _ in factors]
+    extra = [g * f for g in tr.odd_gaps for f in factors]
+    return _weighted_stats([*values, 0.0], [*weights, min(hidden, total) * len(factors)], extra, percentiles)
 
 
 def _peaks(tr: Trace, ok: list[int]) -> tuple[float, int]:
@@ -148,7 +177,7 @@ def summarize(tr: Trace, load: Load, cfg: EngineConfig, model: StepModel, *, per
         "max_output_tokens_per_s": peak_tokens, "max_concurrent_requests": peak_active,
     }
     series = {"ttft": describe(ttft, percentiles), "tpot": describe(tpot, percentiles),
-              "itl": _itl_stats(tr, hidden, percentiles),
+              "itl": itl_stats(tr, hidden, percentiles, model.itl_spread),
               "e2el": describe(e2el, percentiles)}
     for name, stats in series.items():
         for stat, value in stats.items():

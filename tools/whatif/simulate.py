@@ -72,9 +72,19 @@ class StepModel(BaseModel):
     request_overhead_s: float = Field(default=0.0, ge=0,
                                       description="from send until the engine can schedule the request "
                                                   "(HTTP, tokenisation, engine hand-off)")
+    overhead_per_request_in_flight_s: float = Field(
+        default=0.0, ge=0, description="added to the hand-off for each other request in flight when it is sent: "
+                                       "the API server and the client stream every request in flight, and a new "
+                                       "one waits its turn among them")
     stream_start_s: float = Field(default=0.0, ge=0,
                                   description="from send until the response stream delivers anything: tokens "
                                               "the engine made before then reach the client together")
+    itl_spread: float = Field(default=0.0, ge=0, le=3,
+                              description="log-normal sigma of delivered inter-token gaps around the engine's step "
+                                          "time (mean kept): how unevenly tokens reach the client")
+
+    def hand_off_s(self, others_in_flight: int) -> float:
+        return self.request_overhead_s + self.overhead_per_request_in_flight_s * others_in_flight
 
     def step_seconds(self, decode_seqs: int, prefill_tokens: int, context_tokens: int) -> float:
         return (self.fixed_s + self.per_decode_seq_s * decode_seqs + self.per_prefill_token_s * prefill_tokens
@@ -132,9 +142,10 @@ class Trace:
     busy_s: float = 0.0
     total_preemptions: int = 0
     # Kept only for calibration (keep_windows): each step's (decode seqs, prefill tokens, context tokens),
-    # and per request the step it first waited for (with the fraction of the step before it that it
-    # waited through), the step of its first token and of its last.
+    # and per request the other requests in flight when it was sent, the step it first waited for (with
+    # the fraction of the step before it that it waited through), the step of its first token and of its last.
     step_features: list[tuple[int, int, int]] = field(default_factory=list)
+    others_at_send: list[int] = field(default_factory=list)
     ready_step: list[int] = field(default_factory=list)
     ready_frac: list[float] = field(default_factory=list)
     first_step: list[int] = field(default_factory=list)
@@ -160,10 +171,11 @@ class _Engine:
         self.free = cfg.num_gpu_blocks
         self.running: list[int] = []
         self.waiting: deque[int] = deque()
-        self.ready: deque[tuple[float, int]] = deque()  # sent, not yet visible to the scheduler
+        self.ready: list[tuple[float, int]] = []  # heap: sent, not yet visible to the scheduler
         self.tr = Trace([math.nan] * n, [math.nan] * n, [math.nan] * n, [0] * n)
         if keep_windows:
             self.tr.ready_step, self.tr.ready_frac = [0] * n, [0.0] * n
+            self.tr.others_at_send = [0] * n
             self.tr.first_step, self.tr.last_step = [0] * n, [0] * n
         self.cap = (load.max_concurrency if load.offsets is not None else load.concurrency) or n
         self.deadline = load.duration_s if load.duration_s else math.inf
@@ -180,7 +192,7 @@ class _Engine:
     def send_due(self) -> None:
         """Clients send what their schedule (open loop) or a free slot (closed loop, capped) allows by now."""
         now, offsets, send = self.t, self.load.offsets, self.tr.send
-        overhead = self.model.request_overhead_s
+        hand_off = self.model.hand_off_s
         while self.releases and self.releases[0] <= now:
             heapq.heappop(self.releases)
             self.in_flight -= 1
@@ -197,13 +209,15 @@ class _Engine:
                 break
             r = self.next_send
             send[r] = at
-            self.ready.append((at + overhead, r))
+            heapq.heappush(self.ready, (at + hand_off(self.in_flight), r))
+            if self.keep:
+                self.tr.others_at_send[r] = self.in_flight
             self.next_send += 1
             self.in_flight += 1
         self.blocked_by_cap = self.next_send < self.n and self.in_flight >= self.cap and (
             offsets is None or offsets[self.next_send] <= now)
         while self.ready and self.ready[0][0] <= now:
-            at, r = self.ready.popleft()
+            at, r = heapq.heappop(self.ready)
             self.waiting.append(r)
             if self.keep:
                 self.tr.ready_step[r] = self.steps
