@@ -188,3 +188,14 @@ def test_itl_spread_keeps_the_mean_gap_and_widens_p90_as_a_log_normal() -> None:
     assert spread["median_itl_ms"] == pytest.approx(10.0 * math.exp(-sigma**2 / 2), rel=0.03)
     assert spread["p90_itl_ms"] == pytest.approx(10.0 * math.exp(1.2816 * sigma - sigma**2 / 2), rel=0.05)
     assert spread["median_ttft_ms"] == plain["median_ttft_ms"]  # only delivered gaps spread
+
+
+def test_the_null_block_is_not_for_requests() -> None:
+    # vLLM's block pool keeps its first block as a null placeholder: 3 blocks hold 2 one-block requests, not 3.
+    cfg = EngineConfig(num_gpu_blocks=3, block_size=16)
+    assert cfg.usable_blocks == 2
+    tr = run(cfg, STEP, Load(lens=[(16, 1)] * 3, offsets=[0.0] * 3))
+    assert tr.first[0] == tr.first[1] < tr.first[2]  # the third waited for a block
+    assert max(p["kv_cache_usage"] for p in tr.timeline) <= 1.0
+    with pytest.raises(BadInputError, match="2 usable"):
+        run(cfg, STEP, Load(lens=[(40, 8)], offsets=[0.0]))  # 48 tokens: 3 blocks

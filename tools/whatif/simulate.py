@@ -53,6 +53,11 @@ class EngineConfig(BaseModel):
     enable_chunked_prefill: bool = True
     scheduler_reserve_full_isl: bool = True
 
+    @property
+    def usable_blocks(self) -> int:
+        """Blocks requests can hold: vLLM takes the first block of the pool as its null block."""
+        return max(1, self.num_gpu_blocks - 1)
+
     def check(self) -> None:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise BadInputError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
@@ -117,9 +122,9 @@ class Load:
                 raise BadInputError("prompt and output lengths must be at least 1 token")
             if cfg.max_model_len and p + o > cfg.max_model_len:
                 raise BadInputError(f"prompt {p} + output {o} tokens exceeds max_model_len {cfg.max_model_len}")
-            if math.ceil((p + o) / cfg.block_size) > cfg.num_gpu_blocks:
+            if math.ceil((p + o) / cfg.block_size) > cfg.usable_blocks:
                 raise BadInputError(f"a request of {p}+{o} tokens needs more KV blocks than the server has "
-                                    f"({cfg.num_gpu_blocks} x {cfg.block_size} tokens)")
+                                    f"({cfg.usable_blocks} usable x {cfg.block_size} tokens)")
             if not cfg.enable_chunked_prefill and p + o > cfg.max_num_batched_tokens:
                 raise BadInputError("without chunked prefill every sequence must fit max_num_batched_tokens")
 
@@ -168,7 +173,7 @@ class _Engine:
         self.computed = [0] * n
         self.gen = [0] * n
         self.held = [0] * n
-        self.free = cfg.num_gpu_blocks
+        self.free = cfg.usable_blocks
         self.running: list[int] = []
         self.waiting: deque[int] = deque()
         self.ready: list[tuple[float, int]] = []  # heap: sent, not yet visible to the scheduler
@@ -285,7 +290,7 @@ class _Engine:
     def admit_waiting(self, budget: int, pre: list[int], pre_n: list[int]) -> int:
         cfg = self.cfg
         bs, lpt = cfg.block_size, cfg.long_prefill_token_threshold
-        wm_blocks = int(cfg.watermark * cfg.num_gpu_blocks)
+        wm_blocks = int(cfg.watermark * cfg.num_gpu_blocks)  # as vLLM: a share of the whole pool
         waiting, running = self.waiting, self.running
         while budget > 0 and waiting and len(running) < cfg.max_num_seqs:
             r = waiting[0]
@@ -408,7 +413,7 @@ def run(cfg: EngineConfig, model: StepModel, load: Load, *, sample_every_s: floa
         while end >= next_sample:
             tr.timeline.append({"t_s": next_sample, "running": float(len(eng.running)),
                                 "waiting": float(len(eng.waiting)),
-                                "kv_cache_usage": 1.0 - eng.free / cfg.num_gpu_blocks,
+                                "kv_cache_usage": 1.0 - eng.free / cfg.usable_blocks,
                                 "preemptions": float(tr.total_preemptions)})
             next_sample += sample_dt
         eng.prev_end, eng.prev_dur, eng.t = end, dur, end
