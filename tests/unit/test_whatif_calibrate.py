@@ -195,3 +195,12 @@ async def test_each_probe_draws_fresh_prompts_unless_given_a_seed(monkeypatch: p
         with pytest.raises(BadInputError, match="stop after"):
             await cal_mod.probe("http://127.0.0.1:1", seed=seed)
     assert seeds[0] != seeds[1] and seeds[2] == 40
+
+
+def test_a_run_served_from_the_prefix_cache_is_named() -> None:
+    runs = _synthetic_runs(TRUE)
+    runs[2].result["server"] = {"prefix_cache_hit_rate": 0.75}  # as a repeated probe measured on the suite's server
+    runs[3].result["server"] = {"prefix_cache_hit_rate": 0.01}
+    notes = fit(runs, ENGINE, source="results").notes
+    assert [n.split(":")[0] for n in notes if "prefix cache" in n] == ["run p2"]
+    assert "75%" in notes[-1]

@@ -290,6 +290,7 @@ async def what_if(req: WhatIfInput) -> WhatIfOutput:
     notes = ["predictions come from a scheduler simulation calibrated on this server's step times; what it "
              "leaves out (prefix-cache hits, speculative decoding, async-scheduling overlap) is listed in "
              "kb://entries/whatif.simplifications"]
+    notes.extend(cal.notes)
     if cal.max_abs_relative_error is not None and cal.max_abs_relative_error > 0.2:
         notes.append(f"the calibration reproduces its own runs only within {cal.max_abs_relative_error:.0%}; "
                      "treat small predicted differences as noise")

@@ -327,11 +327,30 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
             best = (score, cal)
     assert best is not None
     cal = best[1]
+    cal.notes.extend(_prefix_cache_notes(observed))
     cal.step_model = cal.step_model.model_copy(update={"itl_spread": fit_itl_spread(observed, engine, cal.step_model)})
     cal.residuals = residuals(cal, observed)
     errs = [abs(r.relative_error) for r in cal.residuals]
     cal.max_abs_relative_error = max(errs) if errs else None
     return cal
+
+
+# Above this share of prompt tokens served from the prefix cache a run's prefills were mostly not computed.
+PREFIX_HIT_NOTE = 0.05
+
+
+def _prefix_cache_notes(observed: list[Observed]) -> list[str]:
+    """A note for each run whose prompts the server partly served from its prefix cache (the run's server
+    block, scraped during it): the simulator computes every prompt token, so such runs make prefill look
+    cheap and every prediction with new prompts too fast."""
+    out: list[str] = []
+    for obs in observed:
+        rate = (obs.result.get("server") or {}).get("prefix_cache_hit_rate")
+        if isinstance(rate, int | float) and rate > PREFIX_HIT_NOTE:
+            out.append(f"run {obs.label}: the server took {rate:.0%} of its prompt tokens from the prefix cache, "
+                       "which the simulator does not model; prefill is fitted too cheap (calibrate on runs with "
+                       "fresh prompts)")
+    return out
 
 
 SPREAD_GRID = [i / 10 for i in range(0, 16)]  # log-normal sigma 0 .. 1.5, refined to 0.01 around the best
