@@ -32,9 +32,9 @@ def during(work: Callable[[], object], lead_s: float, fn: Callable[[], DiagnoseO
     """Start `work` in a thread, wait `lead_s`, run `fn` while it runs, then wait for `work` to finish.
 
     A load whose requests failed (the load generator counts failures instead of raising) fails the test with
-    its errors, so an empty window is never mistaken for a diagnosis problem. A load cut off by its own time
-    limit is not a failure: the window has already been observed by then (a busy machine drains a sized
-    queue more slowly than the sizing measured)."""
+    its errors (beyond one in a hundred, see _load_failed), so an empty window is never mistaken for a
+    diagnosis problem. A load cut off by its own time limit is not a failure: the window has already been
+    observed by then (a busy machine drains a sized queue more slowly than the sizing measured)."""
     errors: list[BaseException] = []
     results: list[object] = []
 
@@ -52,9 +52,19 @@ def during(work: Callable[[], object], lead_s: float, fn: Callable[[], DiagnoseO
     finally:
         thread.join(timeout=180)
         assert not errors, errors
-        failed = [r for r in results if isinstance(r, load.LoadResult)
-                  and (r.failed or any(not e.startswith("time limit") for e in r.errors))]
+        failed = [r for r in results if isinstance(r, load.LoadResult) and _load_failed(r)]
         assert not failed, failed
+
+
+def _load_failed(r: load.LoadResult) -> bool:
+    """More than one request in a hundred failed: the state the test set up may not have formed. Fewer is the
+    busy host's, not the server's (beside stress-ng one connection in 220 was reset while the rest of the queue
+    drained normally), and is printed rather than failed on."""
+    bad = r.failed or sum(1 for e in r.errors if not e.startswith("time limit"))
+    if bad and bad <= max(1, r.sent // 100):
+        print(f"load: {bad} of {r.sent} requests failed ({r.errors[:2]}); tolerated as the host's")
+        return False
+    return bool(bad)
 
 
 def warnings(out: DiagnoseOutput) -> list[str]:
