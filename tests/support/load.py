@@ -90,7 +90,9 @@ async def drive_async(
             if time.monotonic() - t0 < time_limit_s:
                 await _one(client, url.rstrip("/"), payload, result)
 
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    # Idle connections expire before vLLM's API server closes them (5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE), so a request
+    # is never sent on a connection the server is closing (seen beside stress-ng as a ReadError).
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency, keepalive_expiry=4.0)
     async with httpx.AsyncClient(timeout=httpx.Timeout(time_limit_s), limits=limits) as client:
         tasks = [asyncio.ensure_future(bounded(client)) for _ in range(requests)]
         try:

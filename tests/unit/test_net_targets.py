@@ -96,3 +96,16 @@ def test_with_target_ipv6_with_port_allows_exactly_that_target() -> None:
         policy.check("http://[fd00::1]:8001")
     with pytest.raises(TargetNotAllowedError):
         policy.check("http://[fd00::1:8000]:80")  # the address the old entry text spelled
+
+
+def test_idle_connections_expire_before_vllm_closes_them() -> None:
+    # vLLM's API server closes a keep-alive connection after 5 s idle (VLLM_HTTP_TIMEOUT_KEEP_ALIVE): a pooled
+    # connection kept as long can carry a request into the server's close, which then fails as a read error.
+    from vllm_tune.tools.net.connect import async_guarded_client, guarded_client
+
+    policy = TargetPolicy.from_env()
+    sync, asyn = guarded_client(policy), async_guarded_client(policy)
+    for client in (sync, asyn):
+        pool = client._transport._direct._pool  # type: ignore[attr-defined]
+        assert pool._keepalive_expiry < 5.0
+    sync.close()

@@ -172,9 +172,15 @@ def _env_proxy(url: httpx.URL) -> str | None:
     return found.get(url.scheme) or found.get("all")
 
 
+# vLLM's API server closes a keep-alive connection after 5 s idle (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, vllm/envs.py L111
+# @v0.32.0, passed to uvicorn's timeout_keep_alive): a client that keeps idle connections just as long can send a
+# request on one the server is closing, and that request fails with a read error through no fault of the server.
+KEEPALIVE_EXPIRY_S = 4.0
+
+
 def _limits(max_connections: int) -> dict[str, Any]:
     return {"max_connections": max_connections, "max_keepalive_connections": min(20, max_connections),
-            "keepalive_expiry": 5.0}
+            "keepalive_expiry": KEEPALIVE_EXPIRY_S}
 
 
 def _check_headers(response: httpx.Response, request: httpx.Request, max_bytes: int) -> None:
