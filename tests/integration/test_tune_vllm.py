@@ -3,7 +3,6 @@ is measured with the session workload and stopped; the loop moves --max-num-seqs
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from support.vllm_env import VLLM_CLI, ensure_vllm_python
 from support.vllm_server import BASE_ENV
 
+from vllm_tune.tools.bench.store import ResultStore
 from vllm_tune.tools.tune.api import tune_next, tune_report, tune_run_trial, tune_start
 from vllm_tune.tools.tune.models import RunTrialInput, SessionRef, Trial, TuneStartInput, TuneState, TuneWorkload
 
@@ -26,10 +26,9 @@ def _no_process_serving(model: str) -> bool:
 
 def _server_itl_ms(results: Path, run_id: str | None) -> float | None:
     """The trial server's own mean inter-token latency over the trial's benchmark (its /metrics, scraped by it)."""
-    path = results / str(run_id) / "result.json"
-    if not run_id or not path.is_file():
+    if not run_id:
         return None
-    value = (json.loads(path.read_text()).get("server") or {}).get("server_mean_itl_ms")
+    value = (ResultStore(results).read_result(run_id).get("server") or {}).get("server_mean_itl_ms")
     return float(value) if isinstance(value, int | float) else None
 
 

@@ -328,8 +328,11 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
     assert best is not None
     cal = best[1]
     cal.notes.extend(_prefix_cache_notes(observed))
-    cal.step_model = cal.step_model.model_copy(update={"itl_spread": fit_itl_spread(observed, engine, cal.step_model)})
-    cal.residuals = residuals(cal, observed)
+    # The spread changes no engine step, so the winner's traces serve both the spread fit and the residuals.
+    traces = [run(obs.engine or engine, cal.step_model, obs.load) for obs in observed]
+    cal.step_model = cal.step_model.model_copy(
+        update={"itl_spread": fit_itl_spread(observed, engine, cal.step_model, traces)})
+    cal.residuals = residuals(cal, observed, traces=traces)
     errs = [abs(r.relative_error) for r in cal.residuals]
     cal.max_abs_relative_error = max(errs) if errs else None
     return cal
@@ -356,18 +359,20 @@ def _prefix_cache_notes(observed: list[Observed]) -> list[str]:
 SPREAD_GRID = [i / 10 for i in range(0, 16)]  # log-normal sigma 0 .. 1.5, refined to 0.01 around the best
 
 
-def fit_itl_spread(observed: list[Observed], engine: EngineConfig, model: StepModel) -> float:
+def fit_itl_spread(observed: list[Observed], engine: EngineConfig, model: StepModel,
+                   traces: list[Trace] | None = None) -> float:
     """The log-normal spread of delivered token gaps that best reproduces the runs' median and p90 ITL.
 
     The step model sets the mean gap; how unevenly the client receives tokens (API server, network
     stack and client sharing the host) is fitted here, on the same runs, by least squares of the log
-    errors of both percentiles over a grid of sigmas."""
+    errors of both percentiles over a grid of sigmas. `traces`, when given, are the runs simulated with `model`."""
     targets: list[tuple[Observed, Trace, float, float]] = []
-    for obs in observed:
+    for i, obs in enumerate(observed):
         p50, p90 = obs.result.get("median_itl_ms"), obs.result.get("p90_itl_ms")
         if not p50 or not p90 or float(p50) <= 0 or float(p90) <= 0:
             continue  # a run whose tokens arrived in bursts has no median gap to fit
-        targets.append((obs, run(obs.engine or engine, model, obs.load), float(p50), float(p90)))
+        tr = traces[i] if traces is not None else run(obs.engine or engine, model, obs.load)
+        targets.append((obs, tr, float(p50), float(p90)))
     if not targets:
         return 0.0
 
@@ -398,12 +403,13 @@ def max_residual(cal: Calibration, quantities: list[str]) -> float | None:
     return max(own) if own else cal.max_abs_relative_error
 
 
-def residuals(cal: Calibration, observed: list[Observed],
-              metrics: tuple[str, ...] = RESIDUAL_METRICS) -> list[Residual]:
+def residuals(cal: Calibration, observed: list[Observed], metrics: tuple[str, ...] = RESIDUAL_METRICS,
+              traces: list[Trace] | None = None) -> list[Residual]:
     out: list[Residual] = []
-    for obs in observed:
+    for i, obs in enumerate(observed):
         eng = obs.engine or cal.engine
-        sim = summarize(run(eng, cal.step_model, obs.load), obs.load, eng, cal.step_model, percentiles=[50.0, 90.0])
+        tr = traces[i] if traces is not None else run(eng, cal.step_model, obs.load)
+        sim = summarize(tr, obs.load, eng, cal.step_model, percentiles=[50.0, 90.0])
         for metric in metrics:
             measured = obs.result.get(metric)
             if not measured:
