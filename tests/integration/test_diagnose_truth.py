@@ -104,16 +104,18 @@ def test_overload_is_never_slo_met(vllm_server_factory: VllmFactory) -> None:
     # Issue 19's case: --max-num-seqs 4 under 16 concurrent requests. The window opens after two rounds of
     # four, so its requests queued for rounds, and the TTFT target is one round timed under the same load.
     # 16 concurrent, as many requests as keep the queue for about 14 s on this machine now. Beside a busy CPU
-    # the client and the API server may hand requests to the engine barely faster than 4 seats drain them, so
-    # the queue stays shorter than the two rounds (2 x 4 waiting) that make every TTFT miss one round: the
-    # state is then set up again, once, driven harder (2 seats, 14 waiting).
-    for seats in (4, 2):
+    # the client and the API server may hand requests to the engine barely faster than the seats drain them,
+    # so the queue stays shorter than the two rounds (2 x seats waiting) that make every TTFT miss one round
+    # (seen at 4 seats, and at 2 seats with 16 in flight: 0.7 waiting on average; with 80 sent at once the API
+    # server took them in one by one as the seats freed, 0 waiting). The state is then set up again, once, on
+    # 2 seats with outputs 4x longer, so each seat frees 4x less often than the API server must take a request in.
+    for seats, max_tokens in ((4, 128), (2, 512)):
         server = vllm_server_factory(["--max-num-seqs", str(seats)])
         warm(server)
-        round_s = one_round_s(server)
-        sized = sized_overload(round_s, seats=seats)
-        state = load.LoadState(f"overload{seats}", ("--max-num-seqs", str(seats)), sized.requests, 128, 16, 16,
-                               f"16 on {seats} seats")
+        round_s = one_round_s(server, max_tokens)
+        sized = sized_overload(round_s, seats=seats, max_tokens=max_tokens)
+        state = load.LoadState(f"overload{seats}", ("--max-num-seqs", str(seats)), sized.requests, max_tokens, 16,
+                               16, f"16 on {seats} seats, {max_tokens} tokens out")
         out = during(partial(load.drive_state, server.url, server.model, state), 0.0,
                      partial(paced_overload_window, server, seats=seats, serve_flags={"max_num_seqs": seats}))
         waiting = out.signals.get("waiting_mean")

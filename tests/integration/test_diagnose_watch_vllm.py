@@ -43,15 +43,18 @@ def _overload_server(factory: VllmFactory) -> VllmServer:
 
 def test_watch_sees_idle_turn_into_overload(vllm_server_factory: VllmFactory) -> None:
     server = _overload_server(vllm_server_factory)
-    proc = _watch(server, "--watch", "2", "--duration", "12", "--max-num-seqs", "2")
+    # A TTFT target that 11 rounds of queueing miss on any machine (one round of 128 tokens takes 0.28 s on an idle
+    # box); the default 3 s target is about what they take there.
+    proc = _watch(server, "--watch", "2", "--duration", "12", "--max-num-seqs", "2", "--slo", "ttft=1000")
     results: list[load.LoadResult] = []
 
     def overload() -> None:
         time.sleep(3.5)  # the first intervals see the idle server
-        # 120 requests on 2 slots: the queue outlasts the watch, and short outputs keep several requests
-        # finishing in every 6 s window even on a slow machine, so the windows have enough to judge
-        results.append(load.drive(server.url, server.model, requests=120, max_tokens=128, concurrency=120,
-                                  time_limit_s=240))
+        # 24 in flight on 2 slots, 120 in all: 22 wait throughout and the queue outlasts the watch. Not all at
+        # once: beside stress-ng the API server took 8 s to take in 120 requests sent together, and while it did
+        # its ITL was 90 ms, so 2 of them finished in the whole watch and every window abstained.
+        results.append(load.drive(server.url, server.model, requests=120, max_tokens=128, concurrency=24,
+                                  time_limit_s=90))
 
     worker = threading.Thread(target=overload, daemon=True)
     worker.start()
