@@ -56,7 +56,7 @@ async def main() -> int:
         print()
         print(table(outcomes))
         print()
-        print("measured (repeat) → predicted error:")
+        print("B's two runs → predicted, error against their mean:")
         print(summary_table(outcomes))
         bad = failures(outcomes)
         judged = failures(outcomes, judgeable_only=True)

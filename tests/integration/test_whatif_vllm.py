@@ -4,9 +4,10 @@ The cases (tools/whatif/accuracy.py CASES) differ from the calibration (a short 
 concurrency, request rate, prompt length, max_num_seqs (a case that queues), max_num_batched_tokens and KV
 blocks (a case that preempts); every run draws its own prompts, so none is served from the prefix cache.
 Tolerances are the targets of issue 16: throughput and p50 TTFT/ITL/TPOT within 20 %, p90 within 35 %,
-every clear change in the right direction. Each B is measured twice in a row; a metric whose two
-measurements differ by more than its tolerance cannot be held to it on this host and is reported, not
-judged. When fewer than half of the metrics repeat, the host is too noisy to test the predictions at all:
+every clear change in the right direction. A's reference load and each B are measured twice in a row and
+a prediction is held to the mean of B's pair; a metric whose two measurements of B differ by more than its
+tolerance cannot be held to it on this host and is reported, not judged, and a change is judged for direction
+only beyond what both pairs differ by. When fewer than half of the metrics repeat, the host is too noisy to test the predictions at all:
 the test is skipped with the whole table in the reason, so the lead sees it (it never passes on such a
 host). A case that does not reach its state fails the test; model misses on metrics that did repeat are
 an expected failure (KNOWN_MISSES, with the table) until none is left.

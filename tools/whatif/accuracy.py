@@ -2,10 +2,11 @@
 
 Shared by bench/bench_whatif_accuracy.py and the integration test, which supply the servers (a
 callable that starts `vllm serve` with extra flags and returns its URL). On a shared, noisy host every
-case is measured close together in time: a short probe calibrates on A, the same load as B runs on A
-(the reference for the direction of the change), then B runs twice. The second run of B says how well
-the measurement itself repeats; a metric whose two measurements differ by more than its tolerance
-cannot be judged against the tolerance, and the table says so instead of hiding it.
+case is measured close together in time: a short probe calibrates on A, the reference load runs twice on A
+(the reference for the direction of the change, and part of the calibration), then B runs twice. Each pair
+says how well its measurement repeats: the measurement is the pair's mean, a metric whose B pair differs by
+more than its tolerance cannot be judged against the tolerance, and a change smaller than the two pairs'
+spreads together is not judged for direction; the table says so instead of hiding it.
 """
 
 from __future__ import annotations
@@ -47,27 +48,52 @@ class Case:
 
 # A shorter probe than the default (four closed loops, ~140 requests) so that it can run before every case.
 # Outputs are long enough that the engine, not the start of the response stream, sets each request's time.
+# Four waves or more per point (the closed loop's first wave of simultaneous prefills is then not half the run):
+# with two, per-sequence costs fitted on probes minutes apart differed up to 2x on the suite's 2-core host.
 QUICK_PROBE = [
-    ProbePoint(concurrency=2, input_len=64, output_len=64, num_prompts=12),
-    ProbePoint(concurrency=8, input_len=64, output_len=128, num_prompts=32),
-    ProbePoint(concurrency=32, input_len=128, output_len=96, num_prompts=64),
-    ProbePoint(concurrency=8, input_len=512, output_len=64, num_prompts=32),
+    ProbePoint(concurrency=2, input_len=64, output_len=64, num_prompts=24),
+    ProbePoint(concurrency=8, input_len=64, output_len=128, num_prompts=48),
+    ProbePoint(concurrency=32, input_len=128, output_len=96, num_prompts=128),
+    ProbePoint(concurrency=8, input_len=512, output_len=64, num_prompts=48),
 ]
+
+
+def _pair_mean(first: float, second: float) -> float:
+    return first if math.isnan(second) else (first + second) / 2
+
+
+def _pair_spread(first: float, second: float) -> float:
+    mean = _pair_mean(first, second)
+    return abs(second - first) / mean if mean and not math.isnan(second) else math.nan
 
 
 @dataclass
 class Row:
     case: str
     metric: str
-    reference: float
-    measured: float
+    reference: float  # run A (the reference load on A)
+    first: float  # run B
     predicted: float
     predicted_reference: float
     repeat: float = math.nan  # the same B measured again right after
+    reference_repeat: float = math.nan  # the same A measured again right after
+
+    @property
+    def measured(self) -> float:
+        """B's measurement: the mean of its two runs."""
+        return _pair_mean(self.first, self.repeat)
+
+    @property
+    def measured_reference(self) -> float:
+        return _pair_mean(self.reference, self.reference_repeat)
 
     @property
     def repeat_spread(self) -> float:
-        return abs(self.repeat - self.measured) / self.measured if self.measured else math.nan
+        return _pair_spread(self.first, self.repeat)
+
+    @property
+    def reference_spread(self) -> float:
+        return _pair_spread(self.reference, self.reference_repeat)
 
     @property
     def judgeable(self) -> bool:
@@ -88,7 +114,8 @@ class Row:
 
     @property
     def measured_change(self) -> float:
-        return (self.measured - self.reference) / self.reference if self.reference else math.nan
+        ref = self.measured_reference
+        return (self.measured - ref) / ref if ref else math.nan
 
     @property
     def predicted_change(self) -> float:
@@ -97,9 +124,13 @@ class Row:
 
     @property
     def direction_judged(self) -> bool:
-        """A clear change: beyond the noise band and beyond what two runs of the same B differ by."""
-        spread = 0.0 if math.isnan(self.repeat_spread) else self.repeat_spread
-        return abs(self.measured_change) >= max(NOISE_BAND, spread)
+        """A clear change: beyond the noise band and beyond what the two runs of A and the two of B differ by
+        together (about two standard deviations of the change of their means, for noise alike in each run)."""
+        return abs(self.measured_change) >= max(NOISE_BAND, self.spread_total)
+
+    @property
+    def spread_total(self) -> float:
+        return sum(0.0 if math.isnan(s) else s for s in (self.repeat_spread, self.reference_spread))
 
     @property
     def direction_right(self) -> bool:
@@ -155,7 +186,8 @@ async def run_case(a_url: str, a_flags: dict[str, str], start: StartServer, case
     ref_req = RunBenchmarkInput(url=a_url, seed=seed, **case.reference_load)
     b_req = RunBenchmarkInput(url=a_url, seed=seed + 1000, **case.load)
     ref = await measure(a_url, case, seed, save_result, load=case.reference_load)
-    observed.append(observed_from_result(ref, "A"))
+    ref_again = await measure(a_url, case, seed + 3000, save_result, load=case.reference_load)
+    observed += [observed_from_result(ref, "A"), observed_from_result(ref_again, "A again")]
     cal = fit(observed, engine, source="probe", conditions=conditions)
     got = await measure(b_url, case, seed + 1000, save_result)
     again = await measure(b_url, case, seed + 2000, save_result)
@@ -168,7 +200,7 @@ async def run_case(a_url: str, a_flags: dict[str, str], start: StartServer, case
     outcome = CaseOutcome(case)
     for metric in METRICS:
         outcome.rows.append(Row(case.name, metric, float(ref[metric]), float(got[metric]), float(pred[metric]),
-                                float(pred_ref[metric]), float(again[metric])))
+                                float(pred_ref[metric]), float(again[metric]), float(ref_again[metric])))
     server = got.get("server") or {}
     outcome.measured_preemptions = float(server.get("preemptions") or 0.0)
     windows = [got.get("server") or {}, again.get("server") or {}]
@@ -194,9 +226,11 @@ def _engine_updates(flags: dict[str, str]) -> dict[str, Any]:
 
 
 def table(outcomes: list[CaseOutcome]) -> str:
-    """Markdown table: every case and metric, predicted vs measured, error, tolerance, direction."""
-    lines = ["| case | metric | measured | repeat | predicted | error | within | change measured / predicted | dir |",
-             "|---|---|---:|---:|---:|---:|:-:|---:|:-:|"]
+    """Markdown table: every case and metric, A's and B's two runs, predicted vs B's mean, error, tolerance,
+    direction of the change from A's mean."""
+    lines = ["| case | metric | A runs | B runs | B mean | predicted | error | within | change measured / predicted "
+             "| dir |",
+             "|---|---|---:|---:|---:|---:|---:|:-:|---:|:-:|"]
     for oc in outcomes:
         for r in oc.rows:
             direction = "ok" if r.direction_right else "WRONG"
@@ -205,12 +239,13 @@ def table(outcomes: list[CaseOutcome]) -> str:
             within = ("yes" if r.within else "NO") + f" (±{r.tolerance:.0%})"
             if not r.judgeable:
                 within += " noisy"
-            lines.append(f"| {r.case} | {r.metric} | {r.measured:.2f} | {r.repeat:.2f} | {r.predicted:.2f} | "
+            lines.append(f"| {r.case} | {r.metric} | {r.reference:.2f}, {r.reference_repeat:.2f} | {r.first:.2f}, "
+                         f"{r.repeat:.2f} | {r.measured:.2f} | {r.predicted:.2f} | "
                          f"{r.error:+.0%} | {within} | {r.measured_change:+.0%} / {r.predicted_change:+.0%} | "
                          f"{direction} |")
         lines.append(f"| {oc.case.name} | preemptions / max waiting | {oc.measured_preemptions:.0f} / "
                      f"{oc.measured_max_waiting:.0f} (queue {oc.measuredqueue_share:.0%} of e2e) | "
-                     f"{oc.predicted_preemptions} / {oc.predicted_max_waiting:.0f} | | | | |")
+                     f"{oc.predicted_preemptions} / {oc.predicted_max_waiting:.0f} | | | | | | |")
     return "\n".join(lines)
 
 
@@ -264,7 +299,7 @@ SUMMARY_METRICS = ("request_throughput", "median_ttft_ms", "median_tpot_ms", "me
 
 
 def summary_table(outcomes: list[CaseOutcome]) -> str:
-    """One line per case: measured (its repeat) -> predicted (error) for the headline metrics."""
+    """One line per case: B's two runs -> predicted (error against their mean) for the headline metrics."""
     heads = ["req/s", "TTFT p50 ms", "TPOT p50 ms", "ITL p50 ms", "TTFT p90 ms"]
     lines = ["| case | " + " | ".join(heads) + " | preempt. meas/pred | judged within / judged |",
              "|---|" + "---:|" * len(heads) + "---:|---:|"]
@@ -274,7 +309,7 @@ def summary_table(outcomes: list[CaseOutcome]) -> str:
         for m in SUMMARY_METRICS:
             r = by[m]
             err = f"{r.error:+.0%}" if math.isfinite(r.error) else "n/a"
-            cells.append(f"{r.measured:.1f} ({r.repeat:.1f}) → {r.predicted:.1f} {err}")
+            cells.append(f"{r.first:.1f}, {r.repeat:.1f} → {r.predicted:.1f} {err}")
         judged = [r for r in oc.rows if r.judgeable]
         lines.append(f"| {oc.case.name} | " + " | ".join(cells) + f" | {oc.measured_preemptions:.0f}/"
                      f"{oc.predicted_preemptions} | {sum(r.within for r in judged)}/{len(judged)} |")
