@@ -7,10 +7,10 @@ Tolerances are the targets of issue 16: throughput and p50 TTFT/ITL/TPOT within 
 every clear change in the right direction. A's reference load and each B are measured twice in a row and
 a prediction is held to the mean of B's pair; a metric whose two measurements of B differ by more than its
 tolerance cannot be held to it on this host and is reported, not judged, and a change is judged for direction
-only beyond what both pairs differ by. When fewer than half of the metrics repeat, the host is too noisy to test the predictions at all:
-the test is skipped with the whole table in the reason, so the lead sees it (it never passes on such a
-host). A case that does not reach its state fails the test; model misses on metrics that did repeat are
-an expected failure (KNOWN_MISSES, with the table) until none is left.
+only beyond what both pairs differ by. When fewer than half of the metrics repeat, the host is too noisy to
+test the predictions at all: the test is skipped with the whole table in the reason, so the lead sees it (it
+never passes on such a host). A case that does not reach its state fails the test; model misses on metrics
+that did repeat are an expected failure (KNOWN_MISSES, with the table) until none is left.
 """
 
 from __future__ import annotations
