@@ -25,6 +25,8 @@ from vllm_tune.tools.models.hub import fetch_hub_files
 from vllm_tune.tools.net import TargetPolicy, fetch_text, http_client
 
 MIB = 1024 * 1024
+# A read stopped by its deadline or timeout ends long before this; one that was not would take 60 s or never end.
+WELL_BEFORE_S = 30.0
 
 
 def _chunked_forever(total: int, piece: bytes = b"vllm:x 1\n" * 7000, delay_s: float = 0.0) -> Any:
@@ -72,19 +74,21 @@ def test_declared_oversize_body_is_refused_before_reading(net: Net, serve: Any) 
 
 
 def test_trickling_metrics_hit_the_overall_deadline(net: Net, serve: Any) -> None:
-    handler, _sent = _chunked_forever(total=40, piece=b"v", delay_s=0.25)  # 10 s if read to the end
+    handler, _sent = _chunked_forever(total=240, piece=b"v", delay_s=0.25)  # 60 s if read to the end
     served: Served = serve(handler)
     start = time.monotonic()
     with http_client(TargetPolicy.of([]), timeout=5.0, deadline_s=1.5) as client, \
             pytest.raises(TargetError, match="deadline"):
         fetch_text(client, f"{served.url}/metrics")
-    assert time.monotonic() - start < 5.0
+    # Far below the 60 s of the whole body, whatever else the machine runs (a test process starved beside
+    # stress-ng took 5.5 s to give up at a 1.5 s deadline).
+    assert time.monotonic() - start < WELL_BEFORE_S
 
 
 def test_slow_headers_hit_the_overall_deadline(net: Net, serve: Any) -> None:
     def handler(req: Any) -> None:
         req.wfile.write(b"HTTP/1.1 200 OK\r\n")
-        for _ in range(40):
+        for _ in range(240):  # 60 s of headers
             req.wfile.write(b"X-Slow: 1\r\n")
             req.wfile.flush()
             time.sleep(0.25)
@@ -93,7 +97,7 @@ def test_slow_headers_hit_the_overall_deadline(net: Net, serve: Any) -> None:
     start = time.monotonic()
     with http_client(TargetPolicy.of([]), timeout=5.0, deadline_s=1.5) as client, pytest.raises(TargetError):
         fetch_text(client, f"{served.url}/metrics")
-    assert time.monotonic() - start < 5.0
+    assert time.monotonic() - start < WELL_BEFORE_S
 
 
 def test_huge_model_list_is_refused_by_the_benchmark(net: Net, serve: Any, tmp_path: Path) -> None:
@@ -176,6 +180,6 @@ def test_endless_completion_stream_ends_at_the_request_timeout(net: Net, serve: 
 
     start = time.monotonic()
     asyncio.run(go())
-    assert time.monotonic() - start < 4.0
+    assert time.monotonic() - start < WELL_BEFORE_S  # the stream never ends by itself
     assert not rec.success and "timed out after 1 s" in rec.error
     assert rec.chunks > 10  # it was streaming tokens the whole time
