@@ -36,12 +36,14 @@ pytestmark = pytest.mark.integration
 PROMPTS, CONCURRENCY, INPUT_LEN, OUTPUT_LEN = 32, 8, 32, 32
 
 
-def _within_bucket(client_ms: float, p: dict[str, Any], what: str, overhead_ms: float = 0.0) -> None:
+def _within_bucket(client_ms: float, p: dict[str, Any], what: str, overhead_ms: float = 0.0,
+                   lower_only: bool = False) -> None:
     """The client's value lies in the server's bucket, widened by one bucket width on each side, plus on the
-    upper side twice the client-side time the server cannot see (`overhead_ms`, measured in the same window)."""
+    upper side twice the client-side time the server cannot see (`overhead_ms`, measured in the same window).
+    `lower_only`: the client's value may lie anywhere above the bucket's widened lower edge."""
     lower, upper = float(p["lower_ms"]), p["upper_ms"]
-    if upper is None:  # above the last edge: only a lower bound
-        assert client_ms >= lower, (what, client_ms, p)
+    if upper is None or lower_only:  # above the last edge: only a lower bound
+        assert client_ms >= lower - (0.0 if upper is None else float(upper) - lower), (what, client_ms, p)
         return
     width = float(upper) - lower
     assert lower - width <= client_ms <= float(upper) + width + 2 * overhead_ms, (what, client_ms, p, overhead_ms)
@@ -66,12 +68,20 @@ def test_diagnose_agrees_with_the_load_generator_on_the_same_window(vllm_server_
     # is, per metric, the difference of the two exact means over the same requests (the server's from
     # _sum/_count): a few ms on an idle machine, tens of ms beside a busy CPU. The server never sees more of
     # TTFT or E2E latency than the client does.
+    # A client that run_benchmark found CPU-bound or behind its schedule (client_check) reads its streams in
+    # clumps: a stall, then several tokens at once. Its token gaps are then not the engine's: the mean holds but
+    # the spread does not (beside stress-ng: client p90 ITL 90 ms, the server's in its 10-25 ms bucket), so only
+    # the lower side of its ITL percentiles is held to the server's; what the server reads (diagnose) is right.
+    starved = bool(r["client_check"].get("client_limited"))
     for metric in ("ttft", "itl", "tpot", "e2el"):
         overhead = r[f"mean_{metric}_ms"] - lat[metric]["mean_ms"]
         if metric in ("ttft", "e2el"):
             assert overhead >= -5.0, (metric, r[f"mean_{metric}_ms"], lat[metric]["mean_ms"])
         for q in (50, 90):
-            _within_bucket(r[f"p{q}_{metric}_ms"], lat[metric][f"p{q}"], f"{metric} p{q}", max(0.0, overhead))
+            _within_bucket(r[f"p{q}_{metric}_ms"], lat[metric][f"p{q}"],
+                           f"{metric} p{q}, means client {r[f'mean_{metric}_ms']:.1f} / server "
+                           f"{lat[metric]['mean_ms']:.1f} ms, client limited: {starved}", max(0.0, overhead),
+                           lower_only=starved and metric == "itl")
     # Counts: every measured request ran between the benchmark's first and last scrape; warm-up ran before.
     finished = d.workload.finished_requests or 0
     assert abs(finished - PROMPTS) <= 0.02 * PROMPTS
