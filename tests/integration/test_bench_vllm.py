@@ -79,13 +79,21 @@ async def test_agrees_with_vllm_bench_serve(vllm_server: Any, tiny_models: Any, 
     # Ours builds exact lengths through the server's tokenizer; vLLM's random dataset may be off by a few.
     assert ours["total_input_tokens"] == PROMPTS * INPUT_LEN
     assert abs(theirs["total_input_tokens"] - PROMPTS * INPUT_LEN) <= PROMPTS * 0.05 * INPUT_LEN
-    # Both send a near-uniform schedule at 10 req/s at the same time, so their durations differ by the little
-    # schedule noise left and by their last requests' latencies, taken under the same load.
     assert ours["burstiness"] == theirs["burstiness"] == BURSTINESS
-    assert ours["request_throughput"] == pytest.approx(theirs["request_throughput"], rel=0.25)
-    for metric, floor_ms in (("ttft", 25.0), ("tpot", 4.0), ("itl", 4.0), ("e2el", 120.0)):
-        a, b = ours[f"mean_{metric}_ms"], theirs[f"mean_{metric}_ms"]
-        assert abs(a - b) <= max(floor_ms, 0.6 * b), f"mean {metric}: ours {a:.2f} ms vs vllm {b:.2f} ms"
+    check = ours["client_check"]
+    if check["client_limited"]:
+        # Our client fell behind its schedule or ran out of CPU (beside stress-ng: sends 160 ms late at p99,
+        # and vllm bench's client, as starved, took 8.1 s over the same 4.9 s schedule against our 6.0): each
+        # client's timings then hold its own delays, which differ. What must hold is that ours says so.
+        assert check["reasons"] and all(r in out.warnings for r in check["reasons"]), (check, out.warnings)
+        print(f"timings not compared: our client was limited ({'; '.join(check['reasons'])})")
+    else:
+        # Both send a near-uniform schedule at 10 req/s at the same time, so their durations differ by the little
+        # schedule noise left and by their last requests' latencies, taken under the same load.
+        assert ours["request_throughput"] == pytest.approx(theirs["request_throughput"], rel=0.25)
+        for metric, floor_ms in (("ttft", 25.0), ("tpot", 4.0), ("itl", 4.0), ("e2el", 120.0)):
+            a, b = ours[f"mean_{metric}_ms"], theirs[f"mean_{metric}_ms"]
+            assert abs(a - b) <= max(floor_ms, 0.6 * b), f"mean {metric}: ours {a:.2f} ms vs vllm {b:.2f} ms"
     server = ours["server"]
     assert server["scrapes"] >= 3
     # The window also holds the other client's requests that finished inside it.
