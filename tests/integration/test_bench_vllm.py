@@ -81,12 +81,13 @@ async def test_agrees_with_vllm_bench_serve(vllm_server: Any, tiny_models: Any, 
     assert abs(theirs["total_input_tokens"] - PROMPTS * INPUT_LEN) <= PROMPTS * 0.05 * INPUT_LEN
     assert ours["burstiness"] == theirs["burstiness"] == BURSTINESS
     check = ours["client_check"]
-    if check["client_limited"]:
-        # Our client fell behind its schedule or ran out of CPU (beside stress-ng: sends 160 ms late at p99,
-        # and vllm bench's client, as starved, took 8.1 s over the same 4.9 s schedule against our 6.0): each
-        # client's timings then hold its own delays, which differ. What must hold is that ours says so.
-        assert check["reasons"] and all(r in out.warnings for r in check["reasons"]), (check, out.warnings)
-        print(f"timings not compared: our client was limited ({'; '.join(check['reasons'])})")
+    if check["p99_lag_ms"] > 1000.0 / RATE:
+        # Our client sent late by more than one arrival gap (beside stress-ng: 160 and 280 ms at p99, where vllm
+        # bench's client, as starved, took 8.1 s over the same 4.9 s schedule against our 6.0): each client's
+        # timings then hold its own delays, which differ. What must hold is that ours says so. (On an idle box
+        # ours lags 10-20 ms at p99, which run_benchmark also reports, and the timings are compared.)
+        assert check["client_limited"] and all(r in out.warnings for r in check["reasons"]), (check, out.warnings)
+        print(f"timings not compared: our client fell behind ({'; '.join(check['reasons'])})")
     else:
         # Both send a near-uniform schedule at 10 req/s at the same time, so their durations differ by the little
         # schedule noise left and by their last requests' latencies, taken under the same load.
