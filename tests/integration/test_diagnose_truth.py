@@ -68,11 +68,12 @@ def test_diagnose_agrees_with_the_load_generator_on_the_same_window(vllm_server_
     # is, per metric, the difference of the two exact means over the same requests (the server's from
     # _sum/_count): a few ms on an idle machine, tens of ms beside a busy CPU. The server never sees more of
     # TTFT or E2E latency than the client does.
-    # A client that run_benchmark found CPU-bound or behind its schedule (client_check) reads its streams in
-    # clumps: a stall, then several tokens at once. Its token gaps are then not the engine's: the mean holds but
-    # the spread does not (beside stress-ng: client p90 ITL 90 ms, the server's in its 10-25 ms bucket), so only
-    # the lower side of its ITL percentiles is held to the server's; what the server reads (diagnose) is right.
-    starved = bool(r["client_check"].get("client_limited"))
+    # A starved client reads its streams in clumps: a stall, then several tokens at once, and the first token
+    # reaches it later after the engine made it than the last, so its mean gap falls below the engine's (beside
+    # stress-ng 2.0-2.8 ms against 4.8 ms). Its gaps are then not the engine's: a few long ones hold the clumps
+    # (client p90 ITL 90 ms, the server's in its 10-25 ms bucket), so only the lower side of its ITL percentiles
+    # is held to the server's. (run_benchmark's own client_limited flag is no guide: it is raised on an idle box.)
+    starved = r["mean_itl_ms"] < 0.9 * lat["itl"]["mean_ms"]
     for metric in ("ttft", "itl", "tpot", "e2el"):
         overhead = r[f"mean_{metric}_ms"] - lat[metric]["mean_ms"]
         if metric in ("ttft", "e2el"):
@@ -80,7 +81,7 @@ def test_diagnose_agrees_with_the_load_generator_on_the_same_window(vllm_server_
         for q in (50, 90):
             _within_bucket(r[f"p{q}_{metric}_ms"], lat[metric][f"p{q}"],
                            f"{metric} p{q}, means client {r[f'mean_{metric}_ms']:.1f} / server "
-                           f"{lat[metric]['mean_ms']:.1f} ms, client limited: {starved}", max(0.0, overhead),
+                           f"{lat[metric]['mean_ms']:.1f} ms, client clumped: {starved}", max(0.0, overhead),
                            lower_only=starved and metric == "itl")
     # Counts: every measured request ran between the benchmark's first and last scrape; warm-up ran before.
     finished = d.workload.finished_requests or 0
