@@ -42,10 +42,13 @@ def _within_bucket(client_ms: float, p: dict[str, Any], what: str, overhead_ms: 
     upper side twice the client-side time the server cannot see (`overhead_ms`, measured in the same window).
     `lower_only`: the client's value may lie anywhere above the bucket's widened lower edge."""
     lower, upper = float(p["lower_ms"]), p["upper_ms"]
-    if upper is None or lower_only:  # above the last edge: only a lower bound
-        assert client_ms >= lower - (0.0 if upper is None else float(upper) - lower), (what, client_ms, p)
+    if upper is None:  # above the last edge: only a lower bound
+        assert client_ms >= lower, (what, client_ms, p)
         return
     width = float(upper) - lower
+    if lower_only:
+        assert client_ms >= lower - width, (what, client_ms, p)
+        return
     assert lower - width <= client_ms <= float(upper) + width + 2 * overhead_ms, (what, client_ms, p, overhead_ms)
 
 
