@@ -148,3 +148,38 @@ async def test_stopped_run_keeps_every_sent_request_in_plan_order(silent_server:
     # The schedule check still has its inputs after a stop; how late sends were depends on the machine's load,
     # which this test does not control, so it asserts only that the lag was measured.
     assert check.achieved_send_rate is not None and check.p99_lag_ms >= 0.0
+
+
+@pytest.mark.anyio
+async def test_client_cpu_counts_the_load_thread_not_the_process() -> None:
+    """CPU spent elsewhere in the same process (here a stub server burning 1 s of CPU) is not the client's."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    burned = threading.Event()
+    burn_cpu: list[float] = []
+    conns: list[socket.socket] = []
+
+    def serve() -> None:
+        conns.append(srv.accept()[0])  # the first request has arrived: the run is under way
+        start = time.thread_time()
+        while time.thread_time() - start < 1.0:
+            pass
+        burn_cpu.append(time.thread_time() - start)
+        burned.set()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        plan = silent_plan(srv.getsockname()[1], 2000, 5.0)  # a 400 s schedule: only the stop ends the run
+        outcome = await run_load(plan, workers=1, stop=burned.is_set, progress=Progress(2000))
+    finally:
+        t.join(timeout=60)
+        for c in conns:
+            c.close()
+        srv.close()
+    assert burn_cpu and burn_cpu[0] >= 1.0
+    # The load thread sent a few requests at 5 req/s and waited: far below the second burned beside it (the
+    # process-wide count this replaced read at least that second).
+    assert 0.0 < outcome.client_cpu_s < 0.5, outcome.client_cpu_s
+    assert not any("CPU" in r for r in check_schedule(outcome, plan).reasons)

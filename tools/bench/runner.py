@@ -23,7 +23,6 @@ import math
 import multiprocessing as mp
 import os
 import queue as queue_mod
-import resource
 import signal
 import threading
 import time
@@ -228,12 +227,6 @@ async def _settle(tasks: set[asyncio.Task[None]], stop: Callable[[], bool], plan
         await asyncio.sleep(0.02)
 
 
-def _cpu_seconds() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
 def _worker_entry(plan: LoadPlan, indices: list[int], concurrency: int | None, ready: Any, start: Any,
                   stop_event: Any, results: Any, worker_id: int) -> None:
     """Body of one load-generating worker process."""
@@ -250,6 +243,7 @@ def _worker_entry(plan: LoadPlan, indices: list[int], concurrency: int | None, r
     progress = Progress(len(indices))
     ready.put(worker_id)
     t0 = float(start.get())
+    cpu0 = time.process_time()  # the load's own CPU, not the interpreter's start-up and imports
 
     async def report() -> None:
         last = (0, 0)
@@ -272,8 +266,7 @@ def _worker_entry(plan: LoadPlan, indices: list[int], concurrency: int | None, r
     with asyncio.Runner(loop_factory=lambda: loop) as runner:
         records, reason = runner.run(main())
     results.put(("progress", worker_id, 0, 0))
-    results.put(("done", worker_id, records.payload(), reason,
-                 time.process_time()))
+    results.put(("done", worker_id, records.payload(), reason, time.process_time() - cpu0))
 
 
 def _tokens_per_request(plan: LoadPlan, default: int = 128) -> int:
@@ -302,28 +295,32 @@ async def run_load(plan: LoadPlan, *, workers: int, stop: Callable[[], bool], pr
                    start_delay_s: float = 0.02) -> RunOutcome:
     """Run the plan in this process (workers=1) or spread over `workers` processes."""
     n = len(plan.bodies)
-    cpu0 = _cpu_seconds()
     if workers <= 1:
         t0 = time.perf_counter() + start_delay_s
-        records, reason = await _drive_in_thread(plan, list(range(n)), t0, stop, progress)
+        records, reason, cpu_s = await _drive_in_thread(plan, list(range(n)), t0, stop, progress)
         end = time.perf_counter()
-        return RunOutcome(records, max(0.0, end - t0), t0, reason == CANCELLED, reason, 1, _cpu_seconds() - cpu0,
-                          len(records))
-    return await _run_multiprocess(plan, workers, stop, progress, cpu0)
+        return RunOutcome(records, max(0.0, end - t0), t0, reason == CANCELLED, reason, 1, cpu_s, len(records))
+    return await _run_multiprocess(plan, workers, stop, progress)
 
 
 async def _drive_in_thread(plan: LoadPlan, indices: list[int], t0: float, stop: Callable[[], bool],
-                           progress: Progress) -> tuple[RecordLog, str]:
-    """_drive on a precise loop in a thread of its own; cancelling the caller aborts the load promptly."""
+                           progress: Progress) -> tuple[RecordLog, str, float]:
+    """_drive on a precise loop in a thread of its own; cancelling the caller aborts the load promptly.
+
+    Also returns the CPU seconds of that thread alone: the process's own usage would count whatever else runs
+    in it (an MCP server, a test's stub server) and children reaped meanwhile (a vLLM server stopped by a
+    caller), and call the client CPU-bound when it was not."""
     abort = threading.Event()
 
     def halted() -> bool:
         return abort.is_set() or stop()
 
-    def body() -> tuple[RecordLog, str]:
+    def body() -> tuple[RecordLog, str, float]:
+        cpu0 = time.thread_time()
         loop, clock = precise_loop()
         with asyncio.Runner(loop_factory=lambda: loop) as runner:
-            return runner.run(_drive(plan, indices, t0, halted, progress, plan.concurrency, clock))
+            records, reason = runner.run(_drive(plan, indices, t0, halted, progress, plan.concurrency, clock))
+        return records, reason, time.thread_time() - cpu0
 
     done = asyncio.get_running_loop().run_in_executor(None, body)
     try:
@@ -341,8 +338,8 @@ def _split_concurrency(total: int | None, workers: int) -> list[int | None]:
     return [total // workers + (1 if w < total % workers else 0) for w in range(workers)]
 
 
-async def _run_multiprocess(plan: LoadPlan, workers: int, stop: Callable[[], bool], progress: Progress,
-                            cpu0: float) -> RunOutcome:
+async def _run_multiprocess(plan: LoadPlan, workers: int, stop: Callable[[], bool],
+                            progress: Progress) -> RunOutcome:
     ctx = mp.get_context("spawn")
     ready, results = ctx.Queue(), ctx.Queue()
     starts = [ctx.Queue() for _ in range(workers)]
@@ -364,6 +361,7 @@ async def _run_multiprocess(plan: LoadPlan, workers: int, stop: Callable[[], boo
             q.put(t0)
         records = RecordLog()
         reasons: list[str] = []
+        cpu_s = 0.0  # what the workers report of their own run, not RUSAGE_CHILDREN (any reaped child counts there)
         finished = 0
         while finished < workers:
             if stop():
@@ -381,6 +379,7 @@ async def _run_multiprocess(plan: LoadPlan, workers: int, stop: Callable[[], boo
             else:
                 records.extend(RecordLog.from_payload(msg[2]))
                 reasons.append(msg[3])
+                cpu_s += float(msg[4])
                 finished += 1
         end = time.perf_counter()
     finally:
@@ -395,7 +394,7 @@ async def _run_multiprocess(plan: LoadPlan, workers: int, stop: Callable[[], boo
     reason = CANCELLED if cancelled else ("duration" if "duration" in reasons else "completed")
     last_done = max((records.start[k] + records.latency[k] for k in records.ok_rows()), default=end)
     duration = max(0.0, min(end, last_done + 0.01) - t0) if records else 0.0
-    return RunOutcome(records, duration, t0, cancelled, reason, workers, _cpu_seconds() - cpu0, len(records))
+    return RunOutcome(records, duration, t0, cancelled, reason, workers, cpu_s, len(records))
 
 
 @dataclass
