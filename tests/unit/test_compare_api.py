@@ -330,6 +330,24 @@ def test_server_window_explains_a_queueing_regression(tmp_path: Path) -> None:
     assert "benchmarking.server-vs-client-latency" not in why
 
 
+def test_client_server_gap_with_an_empty_queue_points_at_the_api_server(tmp_path: Path) -> None:
+    calm = {"mean_waiting": 0.0, "server_mean_queue_time_ms": 0.5, "server_mean_ttft_ms": 12.0,
+            "client_minus_server_mean_ttft_ms": 0.4}
+    starved = {**calm, "client_minus_server_mean_ttft_ms": 30.0}
+    queued = {**starved, "mean_waiting": 6.0, "server_mean_queue_time_ms": 40.0}
+
+    def why(cand: dict[str, float]) -> set[str]:
+        out = compare(write(tmp_path, "a.json", make_result(server=calm)),
+                      write(tmp_path, "b.json", make_result(server=cand, ttft_s=0.042)))
+        return {k for w in out.comparisons[0].likely_why for k in w.knowledge_ids}
+
+    assert {"benchmarking.server-vs-client-latency", "benchmarking.starved-api-server"} <= why(starved)
+    # With requests waiting in vLLM's own queue the backlog is visible; the API server is not the suspect.
+    queued_why = why(queued)
+    assert "benchmarking.server-vs-client-latency" in queued_why
+    assert "benchmarking.starved-api-server" not in queued_why
+
+
 def test_every_cited_knowledge_id_exists(tmp_path: Path) -> None:
     kb = load_knowledge()
     limited = make_result(server={"preemptions": 3, "server_mean_itl_ms": 9.0, "prefix_cache_hit_rate": 0.1})

@@ -91,10 +91,17 @@ def server_differences(base: dict[str, Any], cand: dict[str, Any]) -> tuple[list
     gap = _rose(_num(base, "client_minus_server_mean_ttft_ms"), _num(cand, "client_minus_server_mean_ttft_ms"),
                 rel=0.5, floor=2.0)
     if gap is not None:
-        why.append(ServerExplanation(
-            hint=f"the gap between client and server TTFT {word(gap)}: network, HTTP or client overhead changed, "
-                 "not the engine",
-            knowledge_ids=["benchmarking.server-vs-client-latency"]))
+        hint = (f"the gap between client and server TTFT {word(gap)}: network, HTTP or client overhead changed, "
+                "not the engine")
+        ids = ["benchmarking.server-vs-client-latency"]
+        cand_waiting = _num(cand, "mean_waiting")
+        if gap and cand_waiting is not None and cand_waiting < 0.5:
+            # A backlog that no server metric shows: requests held by a CPU-starved API server before vLLM
+            # stamps their arrival.
+            hint += ("; vLLM's waiting queue stayed empty, so also check that the API server had CPU to take "
+                     "requests in")
+            ids.append("benchmarking.starved-api-server")
+        why.append(ServerExplanation(hint=hint, knowledge_ids=ids))
     fa, fb = _findings(base), _findings(cand)
     if fb - fa:
         ids = sorted(fb - fa)
