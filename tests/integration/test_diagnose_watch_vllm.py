@@ -43,17 +43,19 @@ def _overload_server(factory: VllmFactory) -> VllmServer:
 
 def test_watch_sees_idle_turn_into_overload(vllm_server_factory: VllmFactory) -> None:
     server = _overload_server(vllm_server_factory)
-    # A TTFT target that 11 rounds of queueing miss on any machine (one round of 128 tokens takes 0.28 s on an idle
-    # box); the default 3 s target is about what they take there.
-    proc = _watch(server, "--watch", "2", "--duration", "12", "--max-num-seqs", "2", "--slo", "ttft=1000")
+    # A TTFT target that 11 rounds of queueing miss on any machine (one round of 64 tokens takes about 0.14 s on an
+    # idle box, so 1.5 s); the default 3 s target is about what they take there.
+    proc = _watch(server, "--watch", "2", "--duration", "12", "--max-num-seqs", "2", "--slo", "ttft=500")
     results: list[load.LoadResult] = []
 
     def overload() -> None:
         time.sleep(3.5)  # the first intervals see the idle server
         # 24 in flight on 2 slots, 120 in all: 22 wait throughout and the queue outlasts the watch. Not all at
         # once: beside stress-ng the API server took 8 s to take in 120 requests sent together, and while it did
-        # its ITL was 90 ms, so 2 of them finished in the whole watch and every window abstained.
-        results.append(load.drive(server.url, server.model, requests=120, max_tokens=128, concurrency=24,
+        # its ITL was 90 ms, so 2 of them finished in the whole watch and every window abstained. Outputs of 64
+        # tokens: at 128, beside stress-ng (35 ms a token) 2 requests finished in a 6 s window, fewer than the 3
+        # the latency rules need.
+        results.append(load.drive(server.url, server.model, requests=120, max_tokens=64, concurrency=24,
                                   time_limit_s=90))
 
     worker = threading.Thread(target=overload, daemon=True)

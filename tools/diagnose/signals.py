@@ -43,8 +43,8 @@ SIGNAL_DOCS: dict[str, str] = {
     "queue_share_of_e2el": "mean queue time / mean end-to-end latency",
     "decode_share_of_e2el": "mean decode time / mean end-to-end latency",
     "itl_p99_over_p50": "tail-to-median ratio of inter-token latency",
-    "queue_time_share_of_ttft": "mean queue time / (queue + prefill time) of finished requests: how much of TTFT "
-                                "is waiting for admission",
+    "queue_time_share_of_ttft": "1 - mean prefill time (finished requests) / mean TTFT (first tokens): how much "
+                                "of TTFT is waiting for admission",
     "waiting_mean": "time-averaged requests waiting (all engines)",
     "running_mean": "time-averaged requests running (all engines)",
     "queue_growth_per_s": "slope of the waiting count over the window",
@@ -186,16 +186,23 @@ def _latency_signals(s: SignalSet, x: Inputs) -> None:
             s.put("itl_p99_over_p50", p99.value / p50.value,
                   f"ITL p99 {p99.value * 1e3:.1f} ms / p50 {p50.value * 1e3:.1f} ms")
     ttft, queue, prefill = x.hists.get("ttft"), x.hists.get("queue"), x.hists.get("prefill")
-    if queue is not None and prefill is not None and queue.count >= MIN_LATENCY_OBSERVATIONS and \
-            queue.count == prefill.count and queue.sum + prefill.sum > 0:
-        # vLLM records queue and prefill time when a request finishes, TTFT at its first token: in a window the
-        # two are different requests (under a growing queue the later ones waited longest). Queue + prefill of
-        # the same finished requests is their TTFT, so the share is taken over one population.
-        s.put("queue_time_share_of_ttft", queue.sum / (queue.sum + prefill.sum),
-              "mean queue time / (queue + prefill time) of the requests finished in the window")
-    elif ttft is not None and queue is not None and ttft.count >= MIN_LATENCY_OBSERVATIONS and ttft.sum > 0:
-        s.put("queue_time_share_of_ttft", min(1.0, (queue.sum / max(queue.count, 1)) / (ttft.sum / ttft.count)),
-              "mean queue time / mean TTFT of requests finished in the window")
+    # vLLM records TTFT at a request's first token but its queue and prefill time only when it finishes, so in a
+    # window they describe different requests: under a growing queue the ones that finished were admitted
+    # early and barely waited, while the first tokens (the TTFT being judged) came to requests that waited
+    # long. A request's prefill time hardly depends on how long it waited, so the finished requests' mean
+    # prefill stands in for that of the first tokens, and the rest of their mean TTFT is the time before
+    # prefill (queueing, and hand-off to the engine).
+    if ttft is not None and prefill is not None and ttft.count >= MIN_LATENCY_OBSERVATIONS and \
+            prefill.count >= MIN_LATENCY_OBSERVATIONS and ttft.sum > 0:
+        mean_ttft, mean_prefill = ttft.sum / ttft.count, prefill.sum / prefill.count
+        s.put("queue_time_share_of_ttft", max(0.0, 1.0 - mean_prefill / mean_ttft),
+              f"1 - mean prefill time of finished requests ({mean_prefill * 1e3:.1f} ms) / mean TTFT of the "
+              f"first tokens in the window ({mean_ttft * 1e3:.1f} ms)")
+    elif ttft is not None and queue is not None and ttft.count >= MIN_LATENCY_OBSERVATIONS and \
+            queue.count >= MIN_LATENCY_OBSERVATIONS and ttft.sum > 0:
+        # No prefill histogram: a ratio across the two populations, taken only when each is large enough.
+        s.put("queue_time_share_of_ttft", min(1.0, (queue.sum / queue.count) / (ttft.sum / ttft.count)),
+              "mean queue time of finished requests / mean TTFT of the first tokens in the window")
     e2e, decode_h = x.hists.get("e2el"), x.hists.get("decode")
     if e2e is not None and e2e.count >= MIN_LATENCY_OBSERVATIONS and e2e.sum > 0:
         mean_e2e = e2e.sum / e2e.count
