@@ -130,7 +130,8 @@ def test_overload_is_never_slo_met(vllm_server_factory: VllmFactory) -> None:
         sized = sized_overload(round_s, seats=seats, max_tokens=max_tokens)
         state = load.LoadState(f"overload{seats}", ("--max-num-seqs", str(seats)), sized.requests, max_tokens, 16,
                                16, f"16 on {seats} seats, {max_tokens} tokens out")
-        out = during(partial(load.drive_state, server.url, server.model, state), 0.0,
+        # The load's own time limit outlasts the longest paced window and its retry on a slow machine.
+        out = during(partial(load.drive_state, server.url, server.model, state, time_limit_s=240.0), 0.0,
                      partial(paced_overload_window, server, seats=seats, serve_flags={"max_num_seqs": seats}))
         waiting = out.signals.get("waiting_mean")
         if waiting is not None and (waiting.value or 0) >= 2 * seats:

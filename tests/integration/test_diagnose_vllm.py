@@ -138,13 +138,15 @@ def paced_overload_window(server: VllmServer, min_window_s: float = 2.0, seats: 
     t0 = time.monotonic()
     _wait_finished(server.url, base + 1 + 2 * seats)
     round_here = (time.monotonic() - t0) / 2
-    window = max(min_window_s, min(30.0, 4 * round_here))
+    # Four rounds, however long: requests finish a round's seats at a time, so a window of two rounds can hold
+    # two finishes (seen beside stress-ng: 14.3 s rounds of 2 seats in a 30 s window) and diagnose abstains.
+    window = max(min_window_s, min(90.0, 4 * round_here))
     slo = {"ttft": max(1.0, round_here * 1000.0)}
     out = diagnose(url=server.url, window_s=window, **kwargs, slo=slo)
     if out.verdict.startswith("abstaining: too few requests finished"):
         # The machine slowed between timing the rounds and the window (seen beside stress-ng: 2 of 8 expected
         # requests finished in a 2.2 s window); the sized queue still lasts, so observe it once more, longer.
-        window = min(30.0, max(6.0, 3 * window))
+        window = min(120.0, max(6.0, 3 * window))
         out = diagnose(url=server.url, window_s=window, **kwargs, slo=slo)
     # Shown when a test fails: how the window was paced, and the server's own count around it.
     print(f"paced window: {base:.0f} finished before, round {round_here:.3f} s timed, {window:.1f} s window, "
@@ -189,7 +191,10 @@ def test_kv_thrash_top_finding_is_preemption(vllm_server_factory: VllmFactory) -
             break
     assert out.bottleneck == "triage.preemption-kv-thrash", out.verdict
     assert out.signals["preemptions_per_s"].value > 0.05
-    assert out.capacity.kv_usage_max is not None and out.capacity.kv_usage_max >= 0.7
+    # The gauge is scraped about once a second and a 400-token request holds its blocks for well under that, so
+    # the scraped peak depends on the machine's speed (CI saw 5 of 9 blocks); the preemptions prove it filled.
+    assert out.capacity.kv_usage_max is not None and out.capacity.kv_usage_max > 0
+    assert out.signals["kv_usage_max"].value == 1.0
     assert out.capacity.kv_cache_size_tokens == 1280
     assert any(s.tool == "recommend_parallelism" for s in out.next_steps)
 

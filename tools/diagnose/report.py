@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vllm_tune.tools.diagnose.models import DiagnoseOutput, Percentile, Percentiles
+from vllm_tune.tools.diagnose.models import Capacity, DiagnoseOutput, Percentile, Percentiles
 from vllm_tune.tools.slo import percentile_label
 
 
@@ -36,6 +36,13 @@ def _at(out: DiagnoseOutput, key: str, q: float) -> Percentile | None:
     return dist.at(q) if dist is not None else None
 
 
+def _kv_seen(c: Capacity) -> str:
+    seen = _num(None if c.kv_usage_max is None else c.kv_usage_max * 100, '%')
+    if c.kv_usage_max is not None and c.kv_usage_max < 1.0 and (c.preemptions or 0) > 0:
+        seen += " in the scrapes (full between them: preemptions)"
+    return seen
+
+
 def render_report(out: DiagnoseOutput, *, max_caveats: int = 6) -> str:
     lines: list[str] = []
     metric_sources = [src for src in out.sources_used if not src.startswith("server log")]
@@ -65,7 +72,7 @@ def render_report(out: DiagnoseOutput, *, max_caveats: int = 6) -> str:
                  for k, r in out.slo.items()]
         lines.append(f"SLO ({src}, judged at {label}): " + "; ".join(parts))
     c = out.capacity
-    lines.append(f"Capacity: KV usage max {_num(None if c.kv_usage_max is None else c.kv_usage_max * 100, '%')}, "
+    lines.append(f"Capacity: KV usage max {_kv_seen(c)}, "
                  f"preemptions {_num(c.preemptions, '', 0)}, max_num_seqs {c.max_num_seqs or '?'}, "
                  f"KV cache {c.kv_cache_size_tokens or '?'} tokens, prefix caching "
                  f"{'on' if c.prefix_caching_enabled else 'off' if c.prefix_caching_enabled is False else '?'}")

@@ -238,6 +238,16 @@ def _concurrency_signals(s: SignalSet, x: Inputs) -> None:
               "mean deferred waiting / mean waiting")
 
 
+def _kv_full_by_preemption(s: SignalSet, sampled: float | None, preemptions: float | None, seen: str) -> None:
+    """The usage gauge is a point sample; a preemption is proof that the cache filled between two samples."""
+    if sampled is None or not preemptions or preemptions <= 0 or sampled >= 1.0:
+        return
+    # vLLM preempts a running request only when the KV blocks of another's next step cannot be allocated
+    # (v1/core/sched/scheduler.py: allocate_slots returns None); scrapes a second apart miss that moment.
+    s.put("kv_usage_max", 1.0, f"{preemptions:.0f} preemption(s): the cache could not hold what the running "
+          f"requests needed next (vllm:kv_cache_usage_perc saw at most {sampled:.0%}, {seen})")
+
+
 def _kv_signals(s: SignalSet, x: Inputs) -> None:
     cap, w, flags = x.capacity, x.workload, x.flags
     s.put("preemptions_per_s", cap.preemptions_per_s, "increase of vllm:num_preemptions over the window")
@@ -245,6 +255,7 @@ def _kv_signals(s: SignalSet, x: Inputs) -> None:
           "preemptions / requests finished in the window")
     samples = f"max over {cap.gauge_samples} scrape(s)" if cap.gauge_samples else "max"
     s.put("kv_usage_max", cap.kv_usage_max, f"vllm:kv_cache_usage_perc, {samples}")
+    _kv_full_by_preemption(s, cap.kv_usage_max, cap.preemptions, samples)
     s.put("kv_usage_mean", cap.kv_usage_mean, "vllm:kv_cache_usage_perc, mean over the scrapes")
     per_request = (w.prompt_tokens_mean or 0) + (w.output_tokens_mean or 0)
     if cap.kv_cache_size_tokens and per_request > 0 and flags.max_num_seqs:
@@ -323,11 +334,12 @@ def _log_only_signals(s: SignalSet, log: LogFacts) -> None:
     s.put("waiting_mean", sum(x.waiting for x in lines) / len(lines), how)
     s.put("running_mean", sum(x.running for x in lines) / len(lines), how)
     usages = [x.kv_usage for x in lines if x.kv_usage is not None]
+    seconds = stats_seconds(log)
+    preempted = sum(x.preemptions for x in lines)
     if usages:
         s.put("kv_usage_max", max(usages), how)
         s.put("kv_usage_mean", sum(usages) / len(usages), how)
-    seconds = stats_seconds(log)
-    preempted = sum(x.preemptions for x in lines)
+        _kv_full_by_preemption(s, max(usages), float(preempted), how)
     if seconds:
         s.put("preemptions_per_s", preempted / seconds, f"'Preemptions:' fields over {seconds:.0f} s of stats lines")
     if len(lines) >= 2:
