@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -14,6 +15,8 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+
+from vllm_tune.tools.tune.launcher import WATCHDOG
 
 from .vllm_env import VLLM_CLI, ensure_vllm_python
 
@@ -107,8 +110,11 @@ def start_vllm(
     log_root.mkdir(parents=True, exist_ok=True)
     log_path = log_root / f"vllm-{port}.log"
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
+    # Led by the product's watchdog, as the tuning launcher does: a pytest killed outright (a CI timeout, a
+    # SIGKILL) takes its servers with it, where the atexit hook below would never run.
+    led = [sys.executable, "-I", str(WATCHDOG), str(os.getpid()), f"{STOP_GRACE_S:g}", "--", *cmd]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+        proc = subprocess.Popen(led, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
     server = VllmServer(proc, port, name or str(model), log_path, extra)
     _live.add(server)
     try:
