@@ -45,6 +45,8 @@ def register(sub: Any) -> None:
     start.add_argument("--warmup-requests", type=int, default=4, help="unmeasured requests per trial")
     start.add_argument("--lever", action="append", default=[], help="a flag the loop may move (repeatable)")
     start.add_argument("--max-trials", type=int, default=6, help="trial budget, baseline included")
+    start.add_argument("--no-confirm-best", dest="confirm_best", action="store_false",
+                       help="skip the closing run that measures the baseline again when a trial beat it")
     start.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                        help="environment for the servers the loop starts (repeatable): VLLM_*, CUDA_*, NCCL_*, "
                             "HF_*, OMP_*, TORCH_* and the like; never secrets, PATH, LD_* or PYTHON*")
@@ -104,7 +106,8 @@ def _show(state: TuneState, args: argparse.Namespace) -> int:
         mark = "*" if t.id == state.best else " "
         value = f"{t.objective:.4g}" if t.objective is not None else "-"
         slo = "" if t.slo_met is None else ("  SLO met" if t.slo_met else "  SLO missed")
-        change = ", ".join(f"{k} {v}" for k, v in t.changes.items()) or "baseline"
+        change = ", ".join(f"{k} {v}" for k, v in t.changes.items()) or \
+            ("baseline again (confirmation)" if t.confirms is not None else "baseline")
         print(f" {mark}{t.id:>2} {t.status:<9} {value:>10} {t.verdict or '':<15} {change}{slo}")
         if t.prediction is not None:
             from vllm_tune.tools.tune.predict import predicted_line
@@ -131,7 +134,8 @@ def _start(args: argparse.Namespace) -> int:
     state = tune_start(TuneStartInput(
         command=args.command_line, goal=args.goal, slo=slo_from_args(args),
         slo_percentile=args.slo_percentile, workload=workload, levers=args.lever, max_trials=args.max_trials,
-        env=parse_env_items(args.env), vllm_version=args.vllm_version, gpu=args.gpu, save_result=args.save_result))
+        confirm_best=args.confirm_best, env=parse_env_items(args.env), vllm_version=args.vllm_version, gpu=args.gpu,
+        save_result=args.save_result))
     return _show(state, args)
 
 

@@ -22,6 +22,7 @@ from vllm_tune.tools.bench.api import RunBenchmarkInput, RunBenchmarkOutput, run
 from vllm_tune.tools.bench.metrics import percentile_label
 from vllm_tune.tools.compare.api import CompareInput, compare_runs
 from vllm_tune.tools.compare.load import resolve
+from vllm_tune.tools.compare.models import CandidateComparison
 from vllm_tune.tools.errors import BadInputError, TargetError
 from vllm_tune.tools.lint.api import LintInput, lint_config
 from vllm_tune.tools.lint.flags import FlagTable, load_table, pick_version
@@ -98,10 +99,34 @@ def _table_version(state: TuneState) -> str:
     return pick_version(state.vllm_version)[0]
 
 
+def _confirmation_due(state: TuneState) -> bool:
+    """A trial beat the baseline and nothing has measured the baseline again since."""
+    if not state.confirm_best or state.best is None or any(t.confirms is not None for t in state.trials):
+        return False
+    base = state.trials[0]
+    return base.status == "measured" and state.best != base.id
+
+
+def _propose_confirmation(state: TuneState) -> None:
+    # Trials are measured minutes or hours apart; a host that slowed or sped up between them (another job, a
+    # clock change, a warmer GPU) reads as the lever's effect. The baseline measured once more, last, shows it.
+    base, best = state.trials[0], state.trial(state.best)  # type: ignore[arg-type]
+    trial = Trial(id=len(state.trials), command=base.command, changes={}, derived_from=base.id, confirms=base.id,
+                  rationale=f"confirmation: the baseline measured again after the trials, so that trial {best.id}'s "
+                            "gain is judged against a run of the same moment, not only one from the start",
+                  knowledge_ids=[KB_LOOP, "benchmarking.noisy-neighbours"], lint=base.lint)
+    trial.notes.append("run_benchmark arguments: " + json.dumps(_bench_arguments(state, trial, None)))
+    state.trials.append(trial)
+
+
 def _advance(state: TuneState) -> None:
     """Set state and next_step from the trials."""
+    measured = [t for t in state.trials if t.status in ("measured", "failed") and t.confirms is None]
     pending = [t for t in state.trials if t.status == "proposed"]
-    measured = [t for t in state.trials if t.status in ("measured", "failed")]
+    if not pending and len(measured) >= state.max_trials and _confirmation_due(state):
+        _propose_confirmation(state)
+        pending = [state.trials[-1]]
+    confirmed = any(t.confirms is not None and t.status in ("measured", "failed") for t in state.trials)
     if pending:
         t = pending[0]
         state.state = "needs-measurement"
@@ -113,7 +138,7 @@ def _advance(state: TuneState) -> None:
                 f"measures, stops it) or restart your server with `{t.command}`, run `vllm-tune bench` with the "
                 f"session workload (see the trial notes), then `vllm-tune tune record {state.session_id} {t.id} "
                 "--run RUN_ID`")
-    elif len(measured) >= state.max_trials:
+    elif len(measured) >= state.max_trials or confirmed:
         state.state = "done"
         state.next_step = say(mcp="the trial budget is spent: read the report (tune_report)",
                               cli=f"the trial budget is spent: `vllm-tune tune report {state.session_id}`")
@@ -149,7 +174,8 @@ def tune_start(req: TuneStartInput) -> TuneState:
     path = store.session_dir(sid, req.save_result) / "session.json"
     state = TuneState(session_id=sid, path=str(path), goal=req.goal, objective=objective, better_when=better,
                       slo=dict(req.slo), slo_percentile=req.slo_percentile, workload=req.workload, levers=levers,
-                      max_trials=req.max_trials, env=dict(req.env), vllm_version=req.vllm_version, gpu=req.gpu,
+                      max_trials=req.max_trials, confirm_best=req.confirm_best, env=dict(req.env),
+                      vllm_version=req.vllm_version, gpu=req.gpu,
                       save_result=req.save_result, knowledge_ids=[KB_LOOP, "benchmarking.ab-comparison"])
     verdict, refused = _lint(req.command, state)
     if refused:
@@ -213,6 +239,12 @@ def tune_next(ref: SessionRef) -> TuneState:
         _advance(state)
         store.save(state)
         return state
+    if _confirmation_due(state):
+        _propose_confirmation(state)
+        _advance(state)
+        state.next_step = "no untried one-lever change is left from the best command; " + state.next_step
+        store.save(state)
+        return state
     state.state = "done"
     state.next_step = "no untried one-lever change is left from the best command: read the report (tune_report)"
     if notes:
@@ -247,20 +279,55 @@ def _slo_met(state: TuneState, result: dict[str, Any]) -> bool | None:
     return all(float(v) <= state.slo[k] for k, v in zip(state.slo, values, strict=True))  # type: ignore[arg-type]
 
 
+def _compare(state: TuneState, reference: Trial, candidate: Trial) -> tuple[str, list[str], CandidateComparison]:
+    """The objective's verdict for `candidate` against `reference`, the blocking checks, and the comparison."""
+    assert reference.result_path and candidate.result_path
+    out = compare_runs(CompareInput(runs=[reference.result_path, candidate.result_path], seed=state.workload.seed,
+                                    percentiles=sorted({50.0, state.slo_percentile})))
+    comparison = out.comparisons[0]
+    row = next((m for m in comparison.metrics if m.key == state.objective), None)
+    blocking = [c.message for c in comparison.checks if c.severity == "blocking"]
+    return ("not-comparable" if blocking or row is None else row.verdict), blocking, comparison
+
+
+def _change(new: float | None, old: float | None) -> str:
+    return f"{(new - old) / abs(old) * 100.0:+.1f} %" if new is not None and old else "n/a"
+
+
+def _judge_confirmation(state: TuneState, again: Trial) -> None:
+    """The baseline measured again: did it drift since the start, and does the best still beat it?"""
+    base = state.trial(again.confirms)  # type: ignore[arg-type]
+    best = state.trial(state.best)  # type: ignore[arg-type]
+    drift, _, _ = _compare(state, base, again)
+    holds, blocking, _ = _compare(state, again, best)
+    again.verdict = "confirmed" if holds == "better" else "not-confirmed"
+    moved = "within noise of" if drift == "within-noise" else f"{drift} than" if drift in ("better", "worse") \
+        else "not comparable with"
+    again.notes.append(f"baseline again: {state.objective} {again.objective:.4g} vs {base.objective:.4g} at the "
+                       f"start ({_change(again.objective, base.objective)}), {moved} the first measurement")
+    if blocking:
+        again.notes.append("not comparable with the best: " + "; ".join(blocking[:2]))
+    gain = f"trial {best.id} {best.objective:.4g} vs {again.objective:.4g} ({_change(best.objective, again.objective)})"
+    if holds == "better":
+        state.confirmation = f"confirmed: the gain holds against the baseline measured again at the end ({gain})"
+    else:
+        state.confirmation = (f"NOT confirmed: against the baseline measured again at the end trial {best.id} is "
+                              f"{holds} ({gain}); the baseline itself moved {_change(again.objective, base.objective)}"
+                              " since the start, so the gain may be the host or the load changing between trials: "
+                              "measure the two again back to back before adopting it")
+
+
 def _judge(state: TuneState, trial: Trial) -> None:
     """Compare a measured trial with the best so far and promote it when it wins."""
     if state.best is None:
         trial.verdict = "baseline"
         state.best = trial.id
         return
+    if trial.confirms is not None:
+        _judge_confirmation(state, trial)
+        return
     best = state.trial(state.best)
-    assert best.result_path and trial.result_path
-    out = compare_runs(CompareInput(runs=[best.result_path, trial.result_path], seed=state.workload.seed,
-                                    percentiles=sorted({50.0, state.slo_percentile})))
-    comparison = out.comparisons[0]
-    row = next((m for m in comparison.metrics if m.key == state.objective), None)
-    blocking = [c.message for c in comparison.checks if c.severity == "blocking"]
-    trial.verdict = "not-comparable" if blocking or row is None else row.verdict
+    trial.verdict, blocking, comparison = _compare(state, best, trial)
     if blocking:
         trial.notes.append("not comparable with the best: " + "; ".join(blocking[:2]))
     worse = [f"{m.metric} {m.statistic}" for m in comparison.metrics
@@ -295,6 +362,8 @@ def _record_into(state: TuneState, trial: Trial, *, run: str | None = None, fail
     if failed_reason is not None:
         trial.status = "failed"
         trial.notes.append(f"not measured: {failed_reason}")
+        if trial.confirms is not None:
+            state.confirmation = f"not confirmed: the baseline's second measurement failed ({failed_reason})"
     else:
         assert run is not None
         path = resolve(run, state.save_result)
@@ -330,6 +399,10 @@ def tune_report(ref: SessionRef) -> TuneState:
                                f"for the baseline ({change:+.1f} %): `{best.command}`")
         else:
             state.next_step = f"the baseline is still the best ({state.objective} {base.objective:.4g})"
+    if state.confirmation:
+        state.next_step += f"; {state.confirmation}"
+    elif any(t.confirms is not None and t.status == "proposed" for t in state.trials):
+        state.next_step += "; not yet confirmed: the baseline's second measurement is still to run"
     checked = [t for t in measured if t.prediction is not None and t.prediction.measured is not None]
     if checked:
         state.next_step += "; what_if predicted vs measured: " + ", ".join(

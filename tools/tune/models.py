@@ -42,6 +42,8 @@ class TuneStartInput(BaseModel):
     workload: TuneWorkload = Field(description="load every trial is measured with")
     levers: list[str] = Field(default=[], description="flags the loop may change (default: by goal)")
     max_trials: int = Field(default=6, ge=1, le=MAX_TRIALS, description="measured trials, the baseline included")
+    confirm_best: bool = Field(default=True, description="when a trial beat the baseline, end by measuring the "
+                                                         "baseline again (one more run) to catch drift")
     env: dict[str, str] = Field(default={}, description="trial servers' env: VLLM_*, CUDA_*, NCCL_*, HF_*, OMP_*, "
                                                         "TORCH_* ... only; no secrets")
     vllm_version: str | None = Field(default=None, description="release the commands must be valid for")
@@ -104,7 +106,10 @@ class Trial(BaseModel):
     objective: float | None = None
     slo_met: bool | None = None
     verdict: str | None = Field(default=None, description="against the best trial at the time: better, worse, "
-                                                          "within-noise, not-comparable (the baseline: baseline)")
+                                                          "within-noise, not-comparable (the baseline: baseline; "
+                                                          "the confirmation: confirmed, not-confirmed)")
+    confirms: int | None = Field(default=None, description="set on the confirmation run: the trial (the baseline) "
+                                                           "it measures again")
     prediction: TrialPrediction | None = Field(default=None, description="what_if's prediction, made when proposed")
     notes: list[str] = Field(default_factory=list)
 
@@ -138,6 +143,7 @@ class TuneState(BaseModel):
     workload: TuneWorkload
     levers: list[str]
     max_trials: int
+    confirm_best: bool = True
     env: dict[str, str]
     vllm_version: str | None
     gpu: str | None
@@ -147,6 +153,8 @@ class TuneState(BaseModel):
     state: SessionState = "needs-measurement"
     next_step: str = ""
     knowledge_ids: list[str] = Field(default_factory=list)
+    confirmation: str | None = Field(default=None, description="whether the best trial's gain held against the "
+                                                               "baseline measured again at the end")
     server: TrialServer | None = Field(default=None, description="the trial server running on this machine, "
                                                                  "if any (pid, port, since when, started by)")
 
