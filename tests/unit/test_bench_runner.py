@@ -13,7 +13,16 @@ import pytest
 
 from vllm_tune.tools.bench.arrivals import rate_schedule
 from vllm_tune.tools.bench.client import build_body
-from vllm_tune.tools.bench.runner import CANCELLED, LoadPlan, Progress, check_schedule, choose_workers, run_load
+from vllm_tune.tools.bench.records import RecordLog, RequestRecord
+from vllm_tune.tools.bench.runner import (
+    CANCELLED,
+    LoadPlan,
+    Progress,
+    RunOutcome,
+    check_schedule,
+    choose_workers,
+    run_load,
+)
 from vllm_tune.tools.bench.transport import precise_loop
 
 
@@ -183,3 +192,24 @@ async def test_client_cpu_counts_the_load_thread_not_the_process() -> None:
     # process-wide count this replaced read at least that second).
     assert 0.0 < outcome.client_cpu_s < 0.5, outcome.client_cpu_s
     assert not any("CPU" in r for r in check_schedule(outcome, plan).reasons)
+
+
+def lagging(rate: float, lag_s: float, n: int = 200) -> tuple[RunOutcome, LoadPlan]:
+    """An open-loop run whose every send left `lag_s` late (the schedule's rate kept)."""
+    offsets = [k / rate for k in range(n)]
+    log = RecordLog.of(RequestRecord(k, 100.0 + t, 100.0 + t + lag_s, success=True, latency=0.05)
+                       for k, t in enumerate(offsets))
+    plan = LoadPlan("http://127.0.0.1:1", "completions", [b"{}"] * n, offsets=offsets)
+    return RunOutcome(log, offsets[-1] + 0.05, 100.0, False, "", 1, 0.01, n), plan
+
+
+def test_schedule_lag_is_judged_against_the_gaps_it_shifts() -> None:
+    # 15 ms late: a tenth of a 2 req/s schedule's 500 ms gaps is 50 ms, so not flagged; at 100 req/s the
+    # 10 ms gaps are shifted by more than one whole gap, so flagged, with the 5 ms floor named.
+    calm = check_schedule(*lagging(2.0, 0.015))
+    assert not calm.client_limited and calm.p99_lag_ms == pytest.approx(15.0)
+    busy = check_schedule(*lagging(100.0, 0.015))
+    assert busy.client_limited and "> 5 ms:" in busy.reasons[0]
+    # In between the limit is a tenth of the mean gap: 20 req/s -> 5 ms floor; 5 req/s -> 20 ms.
+    assert check_schedule(*lagging(5.0, 0.025)).reasons[0].startswith("p99 schedule lag 25.0 ms > 20 ms, a tenth")
+    assert not check_schedule(*lagging(5.0, 0.018)).client_limited
