@@ -12,6 +12,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from support import load
@@ -181,8 +182,11 @@ def test_overload_top_finding_is_capacity_bound(vllm_server_factory: VllmFactory
 def test_kv_thrash_top_finding_is_preemption(vllm_server_factory: VllmFactory) -> None:
     server = vllm_server_factory(list(load.kv_thrash.server_args))
     warm(server)
+    # Three times the state's requests: beside stress-ng the window's first scrape, queued behind 20 streams in a
+    # starved API server, once came back after the whole load had run, and both windows read idle.
+    thrash = replace(load.kv_thrash, requests=3 * load.kv_thrash.requests)
     for _attempt in range(2):
-        out = during(lambda: load.drive_state(server.url, server.model, load.kv_thrash), 1.5,
+        out = during(lambda: load.drive_state(server.url, server.model, thrash), 1.5,
                      lambda: diagnose(url=server.url, window_s=20, serve_flags=ServeFlags(max_num_seqs=4)))
         # The state is preemptions inside the window; a starved client can deliver the load too late for it,
         # and then the state is set up again, once, before the diagnosis is judged.
