@@ -301,10 +301,11 @@ def _judge_confirmation(state: TuneState, again: Trial) -> None:
     drift, _, _ = _compare(state, base, again)
     holds, blocking, _ = _compare(state, again, best)
     again.verdict = "confirmed" if holds == "better" else "not-confirmed"
+    drifted = _change(again.objective, base.objective)
     moved = "within noise of" if drift == "within-noise" else f"{drift} than" if drift in ("better", "worse") \
         else "not comparable with"
     again.notes.append(f"baseline again: {state.objective} {again.objective:.4g} vs {base.objective:.4g} at the "
-                       f"start ({_change(again.objective, base.objective)}), {moved} the first measurement")
+                       f"start ({drifted}), {moved} the first measurement")
     if blocking:
         again.notes.append("not comparable with the best: " + "; ".join(blocking[:2]))
     gain = f"trial {best.id} {best.objective:.4g} vs {again.objective:.4g} ({_change(best.objective, again.objective)})"
@@ -312,7 +313,7 @@ def _judge_confirmation(state: TuneState, again: Trial) -> None:
         state.confirmation = f"confirmed: the gain holds against the baseline measured again at the end ({gain})"
     else:
         state.confirmation = (f"NOT confirmed: against the baseline measured again at the end trial {best.id} is "
-                              f"{holds} ({gain}); the baseline itself moved {_change(again.objective, base.objective)}"
+                              f"{holds} ({gain}); the baseline itself moved {drifted}"
                               " since the start, so the gain may be the host or the load changing between trials: "
                               "measure the two again back to back before adopting it")
 
@@ -394,9 +395,8 @@ def tune_report(ref: SessionRef) -> TuneState:
     if state.best is not None and measured:
         best, base = state.trial(state.best), measured[0]
         if best.id != base.id and base.objective and best.objective is not None:
-            change = (best.objective - base.objective) / abs(base.objective) * 100.0
             state.next_step = (f"best: trial {best.id}, {state.objective} {best.objective:.4g} vs {base.objective:.4g} "
-                               f"for the baseline ({change:+.1f} %): `{best.command}`")
+                               f"for the baseline ({_change(best.objective, base.objective)}): `{best.command}`")
         else:
             state.next_step = f"the baseline is still the best ({state.objective} {base.objective:.4g})"
     if state.confirmation:
