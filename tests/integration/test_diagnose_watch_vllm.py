@@ -4,6 +4,7 @@ into overload, and stopped early with SIGINT and SIGTERM."""
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import signal
@@ -43,41 +44,49 @@ def _overload_server(factory: VllmFactory) -> VllmServer:
 
 def test_watch_sees_idle_turn_into_overload(vllm_server_factory: VllmFactory) -> None:
     server = _overload_server(vllm_server_factory)
+    # Intervals in which several requests finish on this host now: three rounds of the 2 seats, a round timed
+    # just before (two 64-token requests at once), at least 2 s. Beside stress-ng a round took 4-7 s (ITL 60-120
+    # ms), and 2 s intervals saw 2 requests finish in the whole 12 s watch, so every window abstained.
+    timed = load.drive(server.url, server.model, requests=2, max_tokens=64, concurrency=2)
+    assert timed.completed == 2, timed.errors
+    interval = max(2, math.ceil(3 * timed.wall_s))
+    duration = 6 * interval
     # A TTFT target that 11 rounds of queueing miss on any machine (one round of 64 tokens takes about 0.14 s on an
     # idle box, so 1.5 s); the default 3 s target is about what they take there.
-    proc = _watch(server, "--watch", "2", "--duration", "12", "--max-num-seqs", "2", "--slo", "ttft=500")
+    proc = _watch(server, "--watch", str(interval), "--duration", str(duration), "--max-num-seqs", "2",
+                  "--slo", "ttft=500")
     results: list[load.LoadResult] = []
 
     def overload() -> None:
-        time.sleep(3.5)  # the first intervals see the idle server
+        time.sleep(1.75 * interval)  # the first interval sees the idle server
         # 24 in flight on 2 slots, 120 in all: 22 wait throughout and the queue outlasts the watch. Not all at
         # once: beside stress-ng the API server took 8 s to take in 120 requests sent together, and while it did
         # its ITL was 90 ms, so 2 of them finished in the whole watch and every window abstained. Outputs of 64
         # tokens: at 128, beside stress-ng (35 ms a token) 2 requests finished in a 6 s window, fewer than the 3
         # the latency rules need.
         results.append(load.drive(server.url, server.model, requests=120, max_tokens=64, concurrency=24,
-                                  time_limit_s=90))
+                                  time_limit_s=duration + 60))
 
     worker = threading.Thread(target=overload, daemon=True)
     worker.start()
     try:
-        stdout, stderr = proc.communicate(timeout=90)
+        stdout, stderr = proc.communicate(timeout=duration + 80)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    worker.join(timeout=240)
+    worker.join(timeout=duration + 200)
     assert proc.returncode == 0, stderr
     assert results and results[0].failed == 0, results
     lines = stdout.splitlines()
     ticks = [m for line in lines if (m := TICK.match(line))]
-    # One line per 2 s interval over 12 s, at most; a tick whose scrape and analysis outlast its interval makes
-    # the watch skip the intervals it missed rather than print late lines in a burst, so a starved host prints
-    # fewer. What load cannot change: the lines come in order, none before the first interval's end or long
-    # after the duration.
+    # One line per interval over the duration (6 intervals), at most; a tick whose scrape and analysis outlast its
+    # interval makes the watch skip the intervals it missed rather than print late lines in a burst, so a starved
+    # host prints fewer. What load cannot change: the lines come in order, none before the first interval's end
+    # or long after the duration.
     elapsed = [float(m.group(1)) for m in ticks]
     assert 2 <= len(ticks) <= 7, stdout
     assert all(a < b for a, b in itertools.pairwise(elapsed)), stdout
-    assert elapsed[0] >= 2.0 and elapsed[-1] <= 12.0 + 2.0, stdout
+    assert elapsed[0] >= interval and elapsed[-1] <= duration + interval, stdout
     verdicts = [m.group(2) for m in ticks]
     assert verdicts[0] == "idle", stdout
     assert "critical triage.ttft-high-queue-growing" in verdicts, stdout
