@@ -1,7 +1,7 @@
 """Where a request's TTFT goes on the suite's vLLM CPU server: outside the engine, queued, or in prefill.
 
 Starts two servers (vLLM's default --max-num-batched-tokens and 256) and runs each load on both, in turn,
-twice. Around every run it reads the server's own histograms (deltas of _sum/_count) and prints, per run:
+twice. From the server's own histograms over each run (run_benchmark's server window) it prints, per run:
 the client's mean and median TTFT, the server's mean TTFT, queue time (waiting for the scheduler) and prefill
 time (first scheduled to first token), and what is left of the server's TTFT outside those two: the API
 server taking the request in, the wait for the engine's running step to end, and the first token's way out.
@@ -20,15 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support.tiny_models import ensure_tiny_models
 from support.vllm_server import start_vllm
 
 from vllm_tune.tools.bench.api import RunBenchmarkInput, run_benchmark
-from vllm_tune.tools.diagnose.snapshot import Snapshot, parse_snapshot
 
 LOADS: list[tuple[str, dict[str, Any]]] = [
     ("closed loop c=8, 700 in / 48 out", {"concurrency": 8, "input_len": 700, "output_len": 48, "num_prompts": 64}),
@@ -37,29 +34,10 @@ LOADS: list[tuple[str, dict[str, Any]]] = [
     ("one at a time, 700 in / 8 out", {"concurrency": 1, "input_len": 700, "output_len": 8, "num_prompts": 16}),
 ]
 BUDGETS = [None, "256"]  # None: vLLM's default for the CPU backend
-PARTS = {"ttft": "time_to_first_token_seconds", "queue": "request_queue_time_seconds",
-         "prefill": "request_prefill_time_seconds"}
 
 
-def _scrape(url: str) -> Snapshot:
-    return parse_snapshot(httpx.get(url + "/metrics", timeout=10.0).text, url)
-
-
-def _sums(snap: Snapshot) -> dict[str, tuple[float, float]]:
-    out: dict[str, tuple[float, float]] = {}
-    for short, name in PARTS.items():
-        series = snap.histograms.get(name) or {}
-        out[short] = (sum(h.sum for h in series.values()), sum(h.count for h in series.values()))
-    return out
-
-
-def _means_ms(before: Snapshot, after: Snapshot) -> dict[str, float | None]:
-    a, b = _sums(before), _sums(after)
-    out: dict[str, float | None] = {}
-    for short in PARTS:
-        n = b[short][1] - a[short][1]
-        out[short] = 1000.0 * (b[short][0] - a[short][0]) / n if n > 0 else None
-    return out
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
 
 
 async def main() -> int:
@@ -73,23 +51,18 @@ async def main() -> int:
             for name, load in LOADS:
                 for budget, server in zip(BUDGETS, servers, strict=True):
                     seed += 1
-                    before = await asyncio.to_thread(_scrape, server.url)
-                    # Warm-up requests land in the histograms too: two short ones, against tens in the run.
                     out = await run_benchmark(RunBenchmarkInput(url=server.url, seed=seed, warmup_requests=2, **load))
-                    after = await asyncio.to_thread(_scrape, server.url)
                     assert out.result is not None
-                    r = out.result
-                    m = _means_ms(before, after)
-                    ttft, queue, prefill = m["ttft"], m["queue"], m["prefill"]
+                    r = out.result.model_dump()
+                    w = r.get("server") or {}
+                    ttft, queue, prefill = (w.get("server_mean_ttft_ms"), w.get("server_mean_queue_time_ms"),
+                                            w.get("server_mean_prefill_time_ms"))
                     rest = None
                     if ttft is not None and queue is not None and prefill is not None:
                         rest = ttft - queue - prefill
 
-                    def f(v: float | None) -> str:
-                        return "-" if v is None else f"{v:.1f}"
-
-                    print(f"| {name} | {budget or 'default'} | {r.mean_ttft_ms:.1f} / {r.median_ttft_ms:.1f} | "
-                          f"{f(ttft)} | {f(queue)} | {f(prefill)} | {f(rest)} |", flush=True)
+                    print(f"| {name} | {budget or 'default'} | {r['mean_ttft_ms']:.1f} / {r['median_ttft_ms']:.1f} | "
+                          f"{_ms(ttft)} | {_ms(queue)} | {_ms(prefill)} | {_ms(rest)} |", flush=True)
     finally:
         for server in servers:
             server.stop()

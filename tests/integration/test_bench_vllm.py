@@ -117,6 +117,7 @@ async def test_agrees_with_vllm_bench_serve(vllm_server: Any, tiny_models: Any, 
     # scrapes inside the run, so all of them can honestly read 0 (seen beside stress-ng).
     assert all(s["running"] is not None and s["kv_cache_usage"] is not None for s in server["samples"])
     assert server["server_mean_ttft_ms"] is not None and server["server_mean_queue_time_ms"] is not None
+    assert server["server_mean_prefill_time_ms"] is not None
     assert server["cache_config"].get("block_size")
     # The client adds no delay of its own: a client that fell behind its streams would receive the last token
     # later after the engine made it than the first, and its token gaps would come out longer than the server's

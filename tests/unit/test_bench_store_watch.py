@@ -20,6 +20,8 @@ vllm:time_to_first_token_seconds_bucket{engine="0",le="0.25",model_name="m"} 10.
 vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 10.0
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.5
 vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 10.0
+vllm:request_prefill_time_seconds_sum{engine="0",model_name="m"} 0.2
+vllm:request_prefill_time_seconds_count{engine="0",model_name="m"} 10.0
 vllm:cache_config_info{block_size="128",engine="0",model_name="m",num_gpu_blocks="60"} 1.0
 """
 LAST = """vllm:num_requests_running{engine="0",model_name="m"} 4.0
@@ -32,6 +34,8 @@ vllm:time_to_first_token_seconds_bucket{engine="0",le="0.25",model_name="m"} 30.
 vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 30.0
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 4.5
 vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 30.0
+vllm:request_prefill_time_seconds_sum{engine="0",model_name="m"} 1.0
+vllm:request_prefill_time_seconds_count{engine="0",model_name="m"} 30.0
 """
 
 
@@ -46,6 +50,7 @@ def test_window_summary_uses_deltas_and_sums_engines() -> None:
     assert w.server_mean_ttft_ms == pytest.approx(4.0 / 20 * 1000)  # only the 20 requests in the window
     assert w.server_p50_ttft_ms is not None and 100.0 < w.server_p50_ttft_ms <= 250.0
     assert w.client_minus_server_mean_ttft_ms == pytest.approx(5.0)
+    assert w.server_mean_prefill_time_ms == pytest.approx(0.8 / 20 * 1000)
     assert w.cache_config == {"block_size": "128", "num_gpu_blocks": "60"}
 
 

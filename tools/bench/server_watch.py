@@ -30,7 +30,7 @@ _COUNTERS = ("vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:gen
              "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:request_success_total",
              "vllm:iteration_tokens_total_count")
 _HISTS = ("vllm:time_to_first_token_seconds", "vllm:request_queue_time_seconds", "vllm:e2e_request_latency_seconds",
-          "vllm:inter_token_latency_seconds")
+          "vllm:inter_token_latency_seconds", "vllm:request_prefill_time_seconds")
 
 
 @dataclass
@@ -125,6 +125,9 @@ class ServerWindow(BaseModel):
     server_p99_ttft_ms: float | None = Field(default=None, description="estimated from histogram buckets")
     server_mean_queue_time_ms: float | None = None
     server_p99_queue_time_ms: float | None = None
+    server_mean_prefill_time_ms: float | None = Field(
+        default=None, description="first scheduled to first token; TTFT minus queue and prefill is the time outside "
+                                  "the scheduler (API server intake, the running step, the first token's way out)")
     server_mean_e2e_ms: float | None = None
     server_mean_itl_ms: float | None = None
     client_minus_server_mean_ttft_ms: float | None = Field(
@@ -233,6 +236,7 @@ class ServerWatch:
         w.server_p99_ttft_ms = quant_ms("vllm:time_to_first_token_seconds", 0.99)
         w.server_mean_queue_time_ms = mean_ms("vllm:request_queue_time_seconds")
         w.server_p99_queue_time_ms = quant_ms("vllm:request_queue_time_seconds", 0.99)
+        w.server_mean_prefill_time_ms = mean_ms("vllm:request_prefill_time_seconds")
         w.server_mean_e2e_ms = mean_ms("vllm:e2e_request_latency_seconds")
         w.server_mean_itl_ms = mean_ms("vllm:inter_token_latency_seconds")
         if client_mean_ttft_ms is not None and w.server_mean_ttft_ms is not None:
