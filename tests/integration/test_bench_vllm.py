@@ -91,7 +91,19 @@ async def test_agrees_with_vllm_bench_serve(vllm_server: Any, tiny_models: Any, 
     else:
         # Both send a near-uniform schedule at 10 req/s at the same time, so their durations differ by the little
         # schedule noise left and by their last requests' latencies, taken under the same load.
-        assert ours["request_throughput"] == pytest.approx(theirs["request_throughput"], rel=0.25)
+        span_s = (PROMPTS - 1) / check["achieved_send_rate"]
+        slowest_s = max(max(ours["latencies"]), max(theirs["latencies"]))
+        if slowest_s <= 0.25 * span_s:
+            assert ours["request_throughput"] == pytest.approx(theirs["request_throughput"], rel=0.25)
+        else:
+            # A host so busy that requests take seconds (beside stress-ng: 3.7 s for the slowest of both clients
+            # on a 4.9 s schedule, 44 requests in flight) makes each duration its schedule plus the latency of
+            # whichever of its requests finished last, and that is chance (ours 8.6 s, vllm bench's 5.3 s). What
+            # still holds is that each is exactly that: no client adds time of its own after its last request.
+            for name, r in (("ours", ours), ("vllm bench", theirs)):
+                assert 0.9 * span_s <= r["duration"] <= 1.1 * span_s + max(r["latencies"]) + 0.5, \
+                    (name, r["duration"], span_s, max(r["latencies"]))
+            print(f"throughput not compared: the slowest request took {slowest_s:.1f} s of a {span_s:.1f} s schedule")
         server_means = ours["server"]
         for metric, floor_ms, engine_key in (("ttft", 25.0, "server_mean_ttft_ms"), ("tpot", 4.0, "server_mean_itl_ms"),
                                              ("itl", 4.0, "server_mean_itl_ms"), ("e2el", 120.0, "server_mean_e2e_ms")):

@@ -26,13 +26,15 @@ from vllm_tune.tools.whatif.accuracy import CASES, CaseOutcome, failures, run_ca
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
-# Not met yet on every metric (README, what_if section): probes minutes apart on a shared box fit per-sequence
-# costs up to 2x apart, which can put a p50 TTFT 20-60 % off; the model keeps token gaps independent of prompt
-# length (the long-prompt case's p90 ITL rose 28 %); and a lone stream on the CPU server costs more per token than
-# the step model says. Every case must still reach the state it exists for (a failure otherwise); accuracy misses
-# are reported as an expected failure with the table until they are gone, then this becomes a plain assertion.
-KNOWN_MISSES = ("issue 16 targets not met on every metric (calibration noise between probes, p90 ITL against "
-                "prompt length, a lone stream's per-token cost); see README what_if section")
+# Not met yet on every metric (README, what_if section; whatif.simplifications in the knowledge base). In the
+# quiet checks at 1c20e9c and cf9cc4f the misses left were p50 TTFT only: the max_num_batched_tokens=256 case
+# (+26 %, +49 %), where a closed loop's requests re-sent together cost more outside the engine at the default
+# budget than once chunking staggers them, which the in-flight hand-off term charges both alike; and once the
+# Poisson case (+32 %), whose calibration fitted a larger fixed hand-off than the other cases'. Every case must
+# still reach the state it exists for (a failure otherwise); accuracy misses are reported as an expected failure
+# with the table until they are gone, then this becomes a plain assertion.
+KNOWN_MISSES = ("issue 16 targets not met on every metric (p50 TTFT of a closed loop in lock-step against "
+                "max_num_batched_tokens; the hand-off's fit between probes); see README what_if section")
 
 
 async def test_predictions_hold_against_six_real_runs(vllm_server_factory: VllmFactory, tmp_path: Path) -> None:
