@@ -1,0 +1,165 @@
+"""Where each request's TTFT goes on the suite's vLLM CPU server, request by request, from client to engine and back.
+
+bench/bench_ttft_split.py splits the server's mean TTFT with its own histograms (queue, prefill, the rest). This
+script times every request at each hand-over instead: it starts vLLM with bench/request_trace/ on its
+PYTHONPATH, whose sitecustomize timestamps the API process's add_request and each batch of engine outputs it
+takes (with the engine core's QUEUED/SCHEDULED events), and sends the load with a small streaming client that
+tags each request with X-Request-Id. All clocks are the host's monotonic clock. Per load and budget it prints
+the mean of each leg in ms:
+
+  client->API   send until the API process calls add_request (HTTP, parsing, tokenizing the prompt)
+  intake        inside add_request (input processing, on its way to the engine core)
+  ->queued      until the engine core queues it (the hop, and the wait for the running step to end)
+  queue         queued until first scheduled
+  prefill       first scheduled until the engine core's batch with the first token
+  ->API         until the API process takes that batch
+  API->client   until the client reads the first token
+
+It is the measurement behind what_if's hand-off (knowledge/entries/whatif.yaml, whatif.simplifications). Run it
+under the shared lock on an otherwise idle box:
+
+    flock /tmp/vllm-tune-integration.lock .venv/bin/python bench/bench_request_path.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import httpx
+from support.tiny_models import ensure_tiny_models
+from support.vllm_server import start_vllm
+
+from vllm_tune.tools.bench.client import build_body
+from vllm_tune.tools.bench.workloads import ServerTokenizer, build_random
+
+TRACE_DIR = Path(__file__).resolve().parent / "request_trace"
+INPUT_LEN, OUTPUT_LEN, REQUESTS, SKIP = 700, 48, 96, 8  # SKIP: the first requests (a closed loop's first wave)
+LOADS: list[tuple[str, dict[str, float]]] = [("closed loop c=8", {"concurrency": 8}),
+                                             ("Poisson 30 req/s", {"rate": 30.0})]
+BUDGETS = [None, "256"]  # None: vLLM's default for the CPU backend
+LEGS = ["client->API", "intake", "->queued", "queue", "prefill", "->API", "API->client"]
+QUEUED, SCHEDULED = 1, 2  # EngineCoreEventType values at vLLM 0.32.0
+
+
+async def send_load(url: str, model: str, tag: str, seed: int, load: dict[str, float]) -> list[dict[str, Any]]:
+    """Send REQUESTS prompts, each tagged `tag-i`; return per request its send and first-token times."""
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=256)) as client:
+        items, _ = await build_random(ServerTokenizer(client, model, chat=False), n=REQUESTS,
+                                      input_lens=[INPUT_LEN] * REQUESTS, output_lens=[OUTPUT_LEN] * REQUESTS,
+                                      seed=seed)
+        records: list[dict[str, Any]] = []
+
+        async def one(i: int) -> None:
+            body = build_body("completions", model, items[i].prompt, OUTPUT_LEN, ignore_eos=True)
+            rec: dict[str, Any] = {"id": f"{tag}-{i}", "i": i, "send": time.monotonic(), "first": None}
+            headers = {"Content-Type": "application/json", "X-Request-Id": rec["id"]}
+            async with client.stream("POST", "/v1/completions", content=body, headers=headers) as resp:
+                async for line in resp.aiter_lines():
+                    if rec["first"] is None and line.startswith("data: {"):
+                        choices = json.loads(line[6:]).get("choices") or [{}]
+                        if choices[0].get("text"):  # the first token with text, as TTFT counts it
+                            rec["first"] = time.monotonic()
+            records.append(rec)
+
+        if "concurrency" in load:
+            pending = iter(range(REQUESTS))
+
+            async def seat() -> None:
+                for i in pending:
+                    await one(i)
+
+            await asyncio.gather(*(seat() for _ in range(int(load["concurrency"]))))
+        else:
+            rng, tasks = random.Random(seed), []
+            for i in range(REQUESTS):
+                tasks.append(asyncio.create_task(one(i)))
+                await asyncio.sleep(rng.expovariate(load["rate"]))
+            await asyncio.gather(*tasks)
+        return records
+
+
+def read_trace(path: Path) -> tuple[dict[str, tuple[float, float]], dict[str, dict[int, float]],
+                                    dict[str, tuple[float, float]]]:
+    """add_request (entered, left), engine events, and (engine time, taken) of the batch with the first token,
+    each by the request id vLLM was given (its engine-side id carries one more suffix)."""
+    adds: dict[str, tuple[float, float]] = {}
+    events: dict[str, dict[int, float]] = defaultdict(dict)
+    first: dict[str, tuple[float, float]] = {}
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["kind"] == "add":
+            adds[rec["id"]] = (rec["entered"], rec["left"])
+            continue
+        for engine_id, new_tokens, evs in rec["requests"]:
+            rid = engine_id.rsplit("-", 1)[0]
+            for kind, ts in evs:
+                events[rid].setdefault(kind, ts)
+            if new_tokens and rid not in first:
+                first[rid] = (rec["engine"], rec["taken"])
+    return adds, events, first
+
+
+def legs(records: list[dict[str, Any]], trace: Path) -> tuple[dict[str, list[float]], int]:
+    adds, events, first = read_trace(trace)
+    out: dict[str, list[float]] = defaultdict(list)
+    missing = 0
+    for rec in records:
+        if rec["i"] < SKIP:
+            continue
+        rid = f"cmpl-{rec['id']}-0"  # as vLLM 0.32.0's completions handler names it (one prompt)
+        ev, fo = events.get(rid, {}), first.get(rid)
+        if rid not in adds or QUEUED not in ev or SCHEDULED not in ev or fo is None or rec["first"] is None:
+            missing += 1
+            continue
+        entered, left = adds[rid]
+        stamps = [rec["send"], entered, left, ev[QUEUED], ev[SCHEDULED], fo[0], fo[1], rec["first"]]
+        for name, a, b in zip(LEGS, stamps, stamps[1:], strict=False):
+            out[name].append((b - a) * 1e3)
+        out["ttft"].append((rec["first"] - rec["send"]) * 1e3)
+    return out, missing
+
+
+async def main() -> int:
+    model = ensure_tiny_models(build=False).llama
+    work = Path(tempfile.mkdtemp(prefix="vllm-tune-request-path-"))
+    traces = {b: work / f"trace-{b or 'default'}.jsonl" for b in BUDGETS}
+    servers = [start_vllm(model, [] if b is None else ["--max-num-batched-tokens", b],
+                          env={"PYTHONPATH": str(TRACE_DIR), "VLLM_TUNE_REQUEST_TRACE": str(traces[b])})
+               for b in BUDGETS]
+    print(f"mean ms per leg over requests {SKIP + 1}-{REQUESTS} of {INPUT_LEN} in / {OUTPUT_LEN} out; "
+          f"TTFT p50 is the client's median\n")
+    print("| load | budget | TTFT p50 | " + " | ".join(LEGS) + " |")
+    print("|---|---:|---:|" + "---:|" * len(LEGS))
+    seed = 900
+    try:
+        for rep in range(2):
+            for name, load in LOADS:
+                for budget, server in zip(BUDGETS, servers, strict=True):
+                    seed += 1
+                    records = await send_load(server.url, server.model, f"r{rep}s{seed}", seed, load)
+                    got, missing = legs(records, traces[budget])
+                    if not got["ttft"]:
+                        print(f"| {name} | {budget or 'default'} | no request traced ({missing} missing) |")
+                        continue
+                    cells = " | ".join(f"{statistics.fmean(got[leg]):.1f}" for leg in LEGS)
+                    print(f"| {name} | {budget or 'default'} | {statistics.median(got['ttft']):.1f} | {cells} |",
+                          flush=True)
+    finally:
+        for server in servers:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))
