@@ -65,6 +65,7 @@ async def main() -> int:
               "tolerance)" + (":" if bad else ""))
         for line in bad:
             print("  " + line)
+        print(f"\nruns saved in {save}; replay them offline: bench/replay_whatif_accuracy.py {save}")
         return 0
     finally:
         for server in servers.values():

@@ -4,7 +4,8 @@ The cases (tools/whatif/accuracy.py CASES) differ from the calibration (a short 
 concurrency, request rate, prompt length, max_num_seqs (a case that queues), max_num_batched_tokens and KV
 blocks (a case that preempts); every run draws its own prompts, so none is served from the prefix cache.
 Tolerances are the targets of issue 16: throughput and p50 TTFT/ITL/TPOT within 20 %, p90 within 35 %,
-every clear change in the right direction. A's reference load and each B are measured twice in a row and
+every clear change in the right direction. A's reference load and each B are measured twice, alternating (A, B,
+A, B: a drift of the host's speed then widens both pairs instead of reading as the change), and
 a prediction is held to the mean of B's pair; a metric whose two measurements of B differ by more than its
 tolerance cannot be held to it on this host and is reported, not judged, and a change is judged for direction
 only beyond what both pairs differ by. When fewer than half of the metrics repeat, the host is too noisy to
@@ -56,8 +57,8 @@ async def test_predictions_hold_against_six_real_runs(vllm_server_factory: VllmF
         # So busy a host cannot deliver the load either (a starved client keeps fewer requests in flight than
         # asked, so even the queueing case may not queue): nothing here can be judged, the table says why.
         pytest.skip(f"only {len(judged)} of {len(rows)} metrics repeated within their tolerance between two "
-                    f"back-to-back runs of the same load: this host is too noisy to hold predictions to the "
-                    f"targets\n{report}")
+                    f"runs of the same load (one other run between them): this host is too noisy to hold "
+                    f"predictions to the targets\n{report}")
     states = [line for line in failures(outcomes) if "expected" in line]
     assert not states, f"a case did not reach the state it exists for: {states}\n{report}"
     misses = failures(outcomes, judgeable_only=True)

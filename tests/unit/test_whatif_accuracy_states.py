@@ -1,9 +1,26 @@
 """The accuracy harness's state checks: a case built to queue counts as queued from the server's queue-time
-histogram when the once-a-second waiting gauge missed the queue, and not from an admission wait of a step."""
+histogram when the once-a-second waiting gauge missed the queue, and not from an admission wait of a step; and
+the protocol replayed offline on saved runs finds each run by its seed and predicts B with B's own flags."""
 
 from __future__ import annotations
 
-from vllm_tune.tools.whatif.accuracy import Case, CaseOutcome, failures, queue_share
+from typing import Any
+
+import pytest
+
+from vllm_tune.tools.bench.api import RunBenchmarkInput
+from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.whatif.accuracy import (
+    CASES,
+    QUICK_PROBE,
+    Case,
+    CaseOutcome,
+    evaluate_saved,
+    failures,
+    queue_share,
+)
+from vllm_tune.tools.whatif.results import load_from_request, summarize
+from vllm_tune.tools.whatif.simulate import EngineConfig, StepModel, run
 
 QUEUES = Case("max_num_seqs 6, c=24 (queues)", {"--max-num-seqs": "6"}, {"concurrency": 24}, expect="queues")
 
@@ -50,3 +67,46 @@ def test_a_change_inside_the_pairs_spreads_is_not_judged_for_direction() -> None
     assert noisy.spread_total > abs(noisy.measured_change) and not noisy.direction_judged and noisy.direction_right
     [line] = failures([CaseOutcome(QUEUES, rows=[quiet], measured_max_waiting=1, predicted_max_waiting=1)])
     assert "change measured -14%, predicted +10%" in line
+
+
+URL = "http://127.0.0.1:8000"
+TRUE = StepModel(fixed_s=0.004, per_decode_seq_s=0.0002, per_prefill_token_s=0.00002, request_overhead_s=0.004,
+                 overhead_per_request_in_flight_s=0.001)
+A_ENGINE = EngineConfig(num_gpu_blocks=4096, block_size=16, max_model_len=1024)
+
+
+def _saved(engine: EngineConfig, fields: dict[str, Any], seed: int) -> dict[str, Any]:
+    """A run_benchmark result as `engine` served by TRUE would give it, saved with its provenance."""
+    load = load_from_request(RunBenchmarkInput(url=URL, seed=seed, **fields))
+    res = summarize(run(engine, TRUE, load), load, engine, TRUE, percentiles=[50.0, 90.0])
+    res.update(input_lens=[p for p, _ in load.lens], output_lens=[o for _, o in load.lens],
+               server={"cache_config": {"num_gpu_blocks": str(engine.num_gpu_blocks),
+                                        "block_size": str(engine.block_size)}},
+               provenance={"server_url": URL, "seed": seed, "max_model_len": engine.max_model_len,
+                           "load": {"concurrency": fields.get("concurrency")},
+                           "workload": {"kind": "random", "input_len": fields["input_len"],
+                                        "output_len": fields["output_len"]}})
+    return res
+
+
+def test_the_protocol_replayed_on_saved_runs_recovers_the_server_that_made_them() -> None:
+    # The max_num_batched_tokens case: its B ran on another server, whose budget comes from the case's flags.
+    case = next(c for c in CASES if "--max-num-batched-tokens" in c.flags)
+    seed = 104
+    b_engine = A_ENGINE.model_copy(update={"max_num_batched_tokens": 256})
+    results = [_saved(A_ENGINE, p.model_dump(), 10 * seed + i) for i, p in enumerate(QUICK_PROBE)]
+    results += [_saved(A_ENGINE, case.reference_load, seed), _saved(A_ENGINE, case.reference_load, seed + 3000),
+                _saved(b_engine, case.load, seed + 1000), _saved(b_engine, case.load, seed + 2000)]
+    cal, outcome = evaluate_saved(results, seed, case)
+    assert cal.converged
+    by = {r.metric: r for r in outcome.rows}
+    # Noise-free runs of a server the step model describes: predictions land on the measurements.
+    for metric in ("request_throughput", "median_ttft_ms", "median_tpot_ms"):
+        assert abs(by[metric].error) < 0.10, (metric, by[metric])
+    # B is predicted with its own budget (with A's, no change would be predicted): here chunking staggers the
+    # closed loop's prompts, which at the default budget were prefilled in lock-step, and the median TTFT falls.
+    ttft = by["median_ttft_ms"]
+    assert ttft.measured_change < -0.2 and ttft.predicted_change == pytest.approx(ttft.measured_change, abs=0.1)
+    assert failures([outcome]) == []
+    with pytest.raises(BadInputError, match="no saved runs with seeds"):
+        evaluate_saved(results[:-1], seed, case)

@@ -2,8 +2,9 @@
 
 Shared by bench/bench_whatif_accuracy.py and the integration test, which supply the servers (a
 callable that starts `vllm serve` with extra flags and returns its URL). On a shared, noisy host every
-case is measured close together in time: a short probe calibrates on A, the reference load runs twice on A
-(the reference for the direction of the change, and part of the calibration), then B runs twice. Each pair
+case is measured close together in time: a short probe calibrates on A, then the reference load on A (the
+reference for the direction of the change, and part of the calibration) and B run twice each, alternating
+(A, B, A, B) so that a drift of the host's speed shows in both pairs rather than as a change. Each pair
 says how well its measurement repeats: the measurement is the pair's mean, a metric whose B pair differs by
 more than its tolerance cannot be judged against the tolerance, and a change smaller than the two pairs'
 spreads together is not judged for direction; the table says so instead of hiding it.
@@ -17,7 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_tune.tools.bench.api import RunBenchmarkInput, run_benchmark
-from vllm_tune.tools.whatif.calibrate import Calibration, ProbePoint, engine_from, fit, observed_from_result, probe
+from vllm_tune.tools.errors import BadInputError
+from vllm_tune.tools.whatif.calibrate import (
+    Calibration,
+    Observed,
+    ProbePoint,
+    engine_from,
+    fit,
+    observed_from_result,
+    probe,
+)
 from vllm_tune.tools.whatif.results import load_from_request, summarize
 from vllm_tune.tools.whatif.simulate import EngineConfig, run
 
@@ -75,8 +85,8 @@ class Row:
     first: float  # run B
     predicted: float
     predicted_reference: float
-    repeat: float = math.nan  # the same B measured again right after
-    reference_repeat: float = math.nan  # the same A measured again right after
+    repeat: float = math.nan  # the same B measured again (after A's second run)
+    reference_repeat: float = math.nan  # the same A measured again (after B's first run)
 
     @property
     def measured(self) -> float:
@@ -172,25 +182,50 @@ async def measure(url: str, case: Case, seed: int, save_result: str,
 StartServer = Callable[[dict[str, str]], Awaitable[str]]
 
 
+@dataclass
+class CaseRuns:
+    """What one case measured: the probe's runs on A, run A twice and run B twice (saved results)."""
+
+    probe: list[Observed]
+    engine: EngineConfig  # A's scheduler and KV settings, as the probe found them
+    conditions: dict[str, Any]
+    ref: dict[str, Any]
+    got: dict[str, Any]
+    ref_again: dict[str, Any]
+    again: dict[str, Any]
+
+
 async def run_case(a_url: str, a_flags: dict[str, str], start: StartServer, case: Case, seed: int,
                    save_result: str, points: list[ProbePoint] | None = None) -> tuple[Calibration, CaseOutcome]:
-    """Calibrate on A, reference on A, then B twice (on a server with the case's flags); all predicted.
+    """Calibrate on A, then A and B (on a server with the case's flags) twice each, alternating; all predicted.
 
     Run A (the case's reference load on A: B's own load when B changes server flags, the load B changes from
     when B changes the load) joins the probe in the calibration: calibrate on run A, predict B."""
     b_url = await start(case.flags) if case.flags else a_url  # started first: its start-up is not in the window
     # Every run draws its own prompts (seeds apart): a run that repeated an earlier one's prompts would be
-    # served from the prefix cache, which the simulator does not model.
+    # served from the prefix cache, which the simulator does not model. evaluate_saved() finds the runs by
+    # these seeds.
     observed, engine, conditions = await probe(a_url, points=points or QUICK_PROBE, serve_flags=a_flags,
                                                save_result=save_result, seed=10 * seed)
-    ref_req = RunBenchmarkInput(url=a_url, seed=seed, **case.reference_load)
-    b_req = RunBenchmarkInput(url=a_url, seed=seed + 1000, **case.load)
+    # A and B alternate (A, B, A, B): the host's speed drifts over minutes on a shared machine (the same probe
+    # point's TPOT 1.5-2.3 ms on the suite's 2-core VM within ten minutes), and pairs taken one after the
+    # other would read a drift between them as the change from A to B. Alternated, a drift widens both
+    # pairs' spreads, which the direction test and the judgeability below take into account.
     ref = await measure(a_url, case, seed, save_result, load=case.reference_load)
-    ref_again = await measure(a_url, case, seed + 3000, save_result, load=case.reference_load)
-    observed += [observed_from_result(ref, "A"), observed_from_result(ref_again, "A again")]
-    cal = fit(observed, engine, source="probe", conditions=conditions)
     got = await measure(b_url, case, seed + 1000, save_result)
+    ref_again = await measure(a_url, case, seed + 3000, save_result, load=case.reference_load)
     again = await measure(b_url, case, seed + 2000, save_result)
+    return evaluate(case, seed, a_flags, CaseRuns(observed, engine, conditions, ref, got, ref_again, again))
+
+
+def evaluate(case: Case, seed: int, a_flags: dict[str, str], runs: CaseRuns) -> tuple[Calibration, CaseOutcome]:
+    """Fit on the probe and A's two runs (nothing of B's reaches the fit), predict A and B, compare."""
+    ref, got, ref_again, again = runs.ref, runs.got, runs.ref_again, runs.again
+    observed = [*runs.probe, observed_from_result(ref, "A"), observed_from_result(ref_again, "A again")]
+    cal = fit(observed, runs.engine, source="probe", conditions=runs.conditions)
+    url = str((ref.get("provenance") or {}).get("server_url") or "http://127.0.0.1:1")
+    ref_req = RunBenchmarkInput(url=url, seed=seed, **case.reference_load)
+    b_req = RunBenchmarkInput(url=url, seed=seed + 1000, **case.load)
     b_flags = {**a_flags, **case.flags}
     cache = dict((got.get("server") or {}).get("cache_config") or {})
     b_engine = engine_from(cache, b_flags, cal.engine.max_model_len) if cache else \
@@ -209,6 +244,25 @@ async def run_case(a_url: str, a_flags: dict[str, str], start: StartServer, case
     outcome.predicted_preemptions = int(pred["simulation"]["preemptions"])
     outcome.predicted_max_waiting = float(pred["simulation"]["max_waiting"])
     return cal, outcome
+
+
+def evaluate_saved(results: list[dict[str, Any]], seed: int, case: Case,
+                   a_flags: dict[str, str] | None = None) -> tuple[Calibration, CaseOutcome]:
+    """evaluate() on the saved results of an earlier run_case (its seed picks the case's runs out of them): the
+    whole protocol again, offline, for a changed model or fit."""
+    by_seed = {int((r.get("provenance") or {}).get("seed") or -1): r for r in results}
+    probe_seeds = [10 * seed + i for i in range(len(QUICK_PROBE))]
+    wanted = [*probe_seeds, seed, seed + 1000, seed + 3000, seed + 2000]
+    missing = [s for s in wanted if s not in by_seed]
+    if missing:
+        raise BadInputError(f"case {case.name!r}: no saved runs with seeds {missing}")
+    probes = [by_seed[s] for s in probe_seeds]
+    observed = [observed_from_result(r, f"probe-{i}") for i, r in enumerate(probes)]
+    cache = dict((probes[0].get("server") or {}).get("cache_config") or {})
+    engine = engine_from(cache, a_flags, (probes[0].get("provenance") or {}).get("max_model_len"))
+    runs = CaseRuns(observed, engine, {"replayed": True}, by_seed[seed], by_seed[seed + 1000], by_seed[seed + 3000],
+                    by_seed[seed + 2000])
+    return evaluate(case, seed, a_flags or {}, runs)
 
 
 def queue_share(window: dict[str, Any]) -> float:

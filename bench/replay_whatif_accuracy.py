@@ -1,0 +1,55 @@
+"""The what_if accuracy protocol again, offline, on the runs an earlier bench_whatif_accuracy.py saved.
+
+    .venv/bin/python bench/replay_whatif_accuracy.py RESULTS_DIR [--seed 100]
+
+Each case's probe, run A twice and run B twice are found by their seeds (bench_whatif_accuracy.py uses 100 + case
+index, the integration test 200 + case index) and fitted and predicted with the code as it is now, so a change to
+the step model or the fit can be held against the same measurements before any server runs. Sends nothing.
+Prints the calibration of each case, the predicted-vs-measured table and the misses, as the bench does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from vllm_tune.tools.whatif.accuracy import CASES, evaluate_saved, failures, summary_table, table
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, help="the folder bench_whatif_accuracy.py saved its runs in")
+    ap.add_argument("--seed", type=int, default=100, help="seed of the first case (100: the bench, 200: the test)")
+    args = ap.parse_args()
+    results: list[dict[str, Any]] = []
+    for path in sorted(args.results.rglob("result.json")):
+        results.append(json.loads(path.read_text(encoding="utf-8")))
+    if not results:
+        print(f"no result.json under {args.results}", file=sys.stderr)
+        return 2
+    outcomes = []
+    for i, case in enumerate(CASES):
+        cal, outcome = evaluate_saved(results, args.seed + i, case)
+        outcomes.append(outcome)
+        m = cal.step_model
+        print(f"{case.name}: fixed {m.fixed_s * 1e3:.2f} ms, {m.per_decode_seq_s * 1e3:.3f} ms/seq, "
+              f"{m.per_prefill_token_s * 1e6:.1f} us/prefill token, {m.per_context_token_s * 1e9:.1f} ns/ctx, "
+              f"hand-off {m.request_overhead_s * 1e3:.1f} ms + {m.overhead_per_request_in_flight_s * 1e3:.2f} ms "
+              f"per request in flight; residuals within {cal.max_abs_relative_error or 0:.0%}", flush=True)
+    print()
+    print(table(outcomes))
+    print()
+    print(summary_table(outcomes))
+    judged = failures(outcomes, judgeable_only=True)
+    print(f"\n{len(judged)} outside the targets where the measurement repeated within the tolerance"
+          + (":" if judged else ""))
+    for line in judged:
+        print("  " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
