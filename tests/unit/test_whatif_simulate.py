@@ -174,6 +174,22 @@ def test_each_request_in_flight_lengthens_a_new_requests_hand_off() -> None:
     assert crowded.hand_off_s(8) == pytest.approx(0.042)
 
 
+def test_an_arrival_after_the_streaming_of_a_step_waits_no_in_flight_share() -> None:
+    # 10 ms steps; one request streams from t=0 to 200 ms. The in-flight share (4 ms a stream) is spent after
+    # each step's end: an arrival 2.5 ms after one waits the 1.5 ms left of it, one 6 ms after waits none. A
+    # closed-loop client sends as a step ends and so waits it all (the test above).
+    flat = StepModel(fixed_s=0.010, per_decode_seq_s=0.0, per_prefill_token_s=0.0,
+                     overhead_per_request_in_flight_s=0.004)
+    load = Load(lens=[(16, 20), (16, 2), (16, 2)], offsets=[0.0, 0.0325, 0.086])
+    tr = run(EngineConfig(num_gpu_blocks=10_000), flat, load, keep_windows=True)
+    assert (tr.others_at_send[1], tr.late_at_send[1]) == (1, pytest.approx(0.0025))
+    assert (tr.others_at_send[2], tr.late_at_send[2]) == (0, 0.0)
+    closed = run(EngineConfig(num_gpu_blocks=10_000), flat, Load(lens=[(16, 20)] * 12, concurrency=3),
+                 keep_windows=True)
+    # Every closed-loop send after the first waits its share for every other request in flight, in full.
+    assert min(closed.others_at_send[1:]) >= 1 and set(closed.late_at_send) == {0.0}
+
+
 def test_itl_spread_keeps_the_mean_gap_and_widens_p90_as_a_log_normal() -> None:
     flat = StepModel(fixed_s=0.010, per_decode_seq_s=0.0, per_prefill_token_s=0.0)
     load = Load(lens=[(16, 200)] * 4, concurrency=4)

@@ -177,7 +177,7 @@ def _window(pre: list[list[float]], a: int, b: int) -> list[float]:
     return [pre[b + 1][j] - pre[a][j] for j in range(4)]
 
 
-def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[float], float]]:
+def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[float], float, float]]:
     """(metric, coefficient row, measured value in seconds) for one run.
 
     A client sees a request's first and last token at max(engine time, send + stream_start); each request
@@ -186,7 +186,7 @@ def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[fl
     pre = _prefix(tr)
     feats = tr.step_features
     coef = [getattr(model, k) for k in COEFFICIENTS]
-    stream_row = [0.0] * (len(COEFFICIENTS) - 1) + [1.0]
+    stream_row = [0.0] * (len(COEFFICIENTS) - 1) + [1.0, 0.0]
 
     res = obs.result
     floor = model.stream_start_s
@@ -199,7 +199,7 @@ def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[fl
     ttft_engine, e2el_engine = engine_shows("mean_ttft"), engine_shows("mean_e2el")
 
     def visible(row: list[float], forced: bool) -> list[float]:
-        engine = sum(a * b for a, b in zip(row, coef, strict=True))
+        engine = sum(a * b for a, b in zip(row, coef, strict=False)) + row[-1]
         return row if forced or engine >= floor else stream_row
 
     ttft_rows: list[list[float]] = []
@@ -215,22 +215,27 @@ def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[fl
             w = [w[0] + f, w[1] + f * d, w[2] + f * p, w[3] + f * c]
         dw = _window(pre, tr.first_step[r] + 1, tr.last_step[r])
         hand_off = [1.0, float(tr.others_at_send[r])]
-        ttft = visible([*w, *hand_off, 0.0], ttft_engine)
-        e2el = visible([a + b for a, b in zip(w, dw, strict=True)] + [*hand_off, 0.0], e2el_engine)
+        late = -tr.late_at_send[r]
+        ttft = visible([*w, *hand_off, 0.0, late], ttft_engine)
+        e2el = visible([a + b for a, b in zip(w, dw, strict=True)] + [*hand_off, 0.0, late], e2el_engine)
         ttft_rows.append(ttft)
         e2el_rows.append(e2el)
         if o > 1:
             tpot_rows.append([(a - b) / (o - 1) for a, b in zip(e2el, ttft, strict=True)])
-    out: list[tuple[str, list[float], float]] = []
+    out: list[tuple[str, list[float], float, float]] = []
+
+    def add(metric: str, row: list[float], y: float) -> None:
+        out.append((metric, row[:-1], y - row[-1], y))
+
     # Means, not medians: they are linear in the coefficients and consistent with the run's duration. A server
     # whose tokens reach the client in bursts has per-request TPOT medians near zero.
     for metric, rows in (("mean_ttft", ttft_rows), ("mean_e2el", e2el_rows), ("mean_tpot", tpot_rows)):
         if rows and res.get(f"{metric}_ms"):
-            out.append((metric, _mean_rows(rows), float(res[f"{metric}_ms"]) / 1000.0))
+            add(metric, _mean_rows(rows), float(res[f"{metric}_ms"]) / 1000.0)
     if obs.load.offsets is None and obs.load.concurrency and res.get("duration") and e2el_rows:
         # A closed loop runs its requests back to back per client: duration = requests x mean E2EL / clients.
         share = len(e2el_rows) / obs.load.concurrency
-        out.append(("duration", [v * share for v in _mean_rows(e2el_rows)], float(res["duration"])))
+        add("duration", [v * share for v in _mean_rows(e2el_rows)], float(res["duration"]))
     return out
 
 
@@ -248,16 +253,17 @@ def _initial(observed: list[Observed]) -> StepModel:
                      stream_start_s=0.5 * min((t for t in ttfts if t > 0), default=0.0))
 
 
-def _weighted(found: list[tuple[str, list[float], float]]) -> tuple[list[list[float]], list[float]]:
-    """Rows scaled for relative error, with each metric's scale floored at half its median over the runs: one
-    run whose tokens all arrived in one burst (mean TPOT near zero) must not outweigh every other run."""
+def _weighted(found: list[tuple[str, list[float], float, float]]) -> tuple[list[list[float]], list[float]]:
+    """Rows scaled for relative error of the measured value, with each metric's scale floored at half its median
+    over the runs: one run whose tokens all arrived in one burst (mean TPOT near zero) must not outweigh every
+    other run. Items are (metric, row, target: the measured value less the row's constant, measured value)."""
     by_metric: dict[str, list[float]] = {}
-    for metric, _row, y in found:
-        by_metric.setdefault(metric, []).append(y)
+    for metric, _row, _y, measured in found:
+        by_metric.setdefault(metric, []).append(measured)
     floor = {m: 0.5 * sorted(v)[len(v) // 2] for m, v in by_metric.items()}
     rows, ys = [], []
-    for metric, row, y in found:
-        scale = max(y, floor[metric])
+    for metric, row, y, measured in found:
+        scale = max(measured, floor[metric])
         rows.append([v / scale for v in row])
         ys.append(y / scale)
     return rows, ys
@@ -285,9 +291,9 @@ def _fixed_point(observed: list[Observed], engine: EngineConfig, model: StepMode
                  usable: list[bool]) -> tuple[StepModel, int, bool]:
     rounds = 0
     for rounds in range(1, MAX_ROUNDS + 1):
-        found = [(metric, row, y) for obs in observed
-                 for metric, row, y in _rows(obs, run(obs.engine or engine, model, obs.load, keep_windows=True),
-                                             model) if y > 0]
+        found = [item for obs in observed
+                 for item in _rows(obs, run(obs.engine or engine, model, obs.load, keep_windows=True), model)
+                 if item[3] > 0]
         rows, ys = _weighted(found)
         coef = nonnegative_least_squares(rows, ys, usable)
         if coef is None:

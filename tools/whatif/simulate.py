@@ -79,8 +79,9 @@ class StepModel(BaseModel):
                                                   "(HTTP, tokenisation, engine hand-off)")
     overhead_per_request_in_flight_s: float = Field(
         default=0.0, ge=0, description="added to the hand-off for each other request in flight when it is sent: "
-                                       "the API server and the client stream every request in flight, and a new "
-                                       "one waits its turn among them")
+                                       "after each step the API server and the client stream every request in "
+                                       "flight, and a new one waits its turn among them; sent that long or more "
+                                       "after the step's end (an open loop's arrival may be), it waits none")
     stream_start_s: float = Field(default=0.0, ge=0,
                                   description="from send until the response stream delivers anything: tokens "
                                               "the engine made before then reach the client together")
@@ -151,6 +152,9 @@ class Trace:
     # the fraction of the step before it that it waited through), the step of its first token and of its last.
     step_features: list[tuple[int, int, int]] = field(default_factory=list)
     others_at_send: list[int] = field(default_factory=list)
+    # How long after the last step's end each request was sent (it waits the in-flight share only while that
+    # lasts; others_at_send is 0 for a request sent after it).
+    late_at_send: list[float] = field(default_factory=list)
     ready_step: list[int] = field(default_factory=list)
     ready_frac: list[float] = field(default_factory=list)
     first_step: list[int] = field(default_factory=list)
@@ -181,6 +185,7 @@ class _Engine:
         if keep_windows:
             self.tr.ready_step, self.tr.ready_frac = [0] * n, [0.0] * n
             self.tr.others_at_send = [0] * n
+            self.tr.late_at_send = [0.0] * n
             self.tr.first_step, self.tr.last_step = [0] * n, [0] * n
         self.cap = (load.max_concurrency if load.offsets is not None else load.concurrency) or n
         self.deadline = load.duration_s if load.duration_s else math.inf
@@ -192,6 +197,7 @@ class _Engine:
         self.t = 0.0
         self.prev_end = -1.0
         self.prev_dur = 0.0
+        self.step_ends: deque[float] = deque([0.0], maxlen=2)  # the last two step ends (0: the run's start)
         self.steps = 0
 
     def send_due(self) -> None:
@@ -214,9 +220,19 @@ class _Engine:
                 break
             r = self.next_send
             send[r] = at
-            heapq.heappush(self.ready, (at + hand_off(self.in_flight), r))
+            others, late = self.in_flight, 0.0
+            if others:
+                # The API server and the client spend a share per stream in flight after each step's end; a request
+                # sent as a step ends (a closed loop's next one) waits all of it, one sent later only the rest.
+                # (Sends are handled at the step boundary after them: the step before them is one of the last two.)
+                end = next((e for e in reversed(self.step_ends) if e <= at), 0.0)
+                late = at - end
+                if late >= others * self.model.overhead_per_request_in_flight_s:
+                    others, late = 0, 0.0
+            heapq.heappush(self.ready, (at + hand_off(others) - late, r))
             if self.keep:
-                self.tr.others_at_send[r] = self.in_flight
+                self.tr.others_at_send[r] = others
+                self.tr.late_at_send[r] = late
             self.next_send += 1
             self.in_flight += 1
         self.blocked_by_cap = self.next_send < self.n and self.in_flight >= self.cap and (
@@ -417,6 +433,7 @@ def run(cfg: EngineConfig, model: StepModel, load: Load, *, sample_every_s: floa
                                 "preemptions": float(tr.total_preemptions)})
             next_sample += sample_dt
         eng.prev_end, eng.prev_dur, eng.t = end, dur, end
+        eng.step_ends.append(end)
         if eng.steps > MAX_SIM_STEPS:
             raise BadInputError(f"simulation stopped after {MAX_SIM_STEPS} steps; shorten the load")
     tr.steps = eng.steps
