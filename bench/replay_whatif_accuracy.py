@@ -1,32 +1,30 @@
 """The what_if accuracy protocol again, offline, on the runs an earlier bench_whatif_accuracy.py saved.
 
-    .venv/bin/python bench/replay_whatif_accuracy.py RESULTS_DIR [--seed 100]
+    .venv/bin/python bench/replay_whatif_accuracy.py RESULTS_DIR|RESULTS.jsonl.gz [--seed 100]
 
 Each case's probe, run A twice and run B twice are found by their seeds (bench_whatif_accuracy.py uses 100 + case
 index, the integration test 200 + case index) and fitted and predicted with the code as it is now, so a change to
 the step model or the fit can be held against the same measurements before any server runs. Sends nothing.
 Prints the calibration of each case, the predicted-vs-measured table and the misses, as the bench does.
+tests/data/whatif/bench-2026-12-06.jsonl.gz holds one such run (results trimmed of per-request lists).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
-from vllm_tune.tools.whatif.accuracy import CASES, evaluate_saved, failures, summary_table, table
+from vllm_tune.tools.whatif.accuracy import CASES, evaluate_saved, failures, load_saved, summary_table, table
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path, help="the folder bench_whatif_accuracy.py saved its runs in")
+    ap.add_argument("results", type=Path, help="the folder bench_whatif_accuracy.py saved its runs in, or a "
+                                               ".jsonl(.gz) of results")
     ap.add_argument("--seed", type=int, default=100, help="seed of the first case (100: the bench, 200: the test)")
     args = ap.parse_args()
-    results: list[dict[str, Any]] = []
-    for path in sorted(args.results.rglob("result.json")):
-        results.append(json.loads(path.read_text(encoding="utf-8")))
+    results = load_saved(args.results)
     if not results:
         print(f"no result.json under {args.results}", file=sys.stderr)
         return 2

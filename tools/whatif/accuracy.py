@@ -12,9 +12,12 @@ spreads together is not judged for direction; the table says so instead of hidin
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from vllm_tune.tools.bench.api import RunBenchmarkInput, run_benchmark
@@ -244,6 +247,15 @@ def evaluate(case: Case, seed: int, a_flags: dict[str, str], runs: CaseRuns) -> 
     outcome.predicted_preemptions = int(pred["simulation"]["preemptions"])
     outcome.predicted_max_waiting = float(pred["simulation"]["max_waiting"])
     return cal, outcome
+
+
+def load_saved(path: str | Path) -> list[dict[str, Any]]:
+    """Saved run_benchmark results: every result.json under a folder, or one JSON object a line (.jsonl, .jsonl.gz)."""
+    p = Path(path)
+    if p.is_dir():
+        return [json.loads(f.read_text(encoding="utf-8")) for f in sorted(p.rglob("result.json"))]
+    data = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
 
 
 def evaluate_saved(results: list[dict[str, Any]], seed: int, case: Case,
