@@ -178,11 +178,13 @@ def _window(pre: list[list[float]], a: int, b: int) -> list[float]:
 
 
 def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[float], float, float]]:
-    """(metric, coefficient row, measured value in seconds) for one run.
+    """(metric, coefficient row, target, measured value) for one run, in seconds; the target is the measured value
+    less the row's constant.
 
     A client sees a request's first and last token at max(engine time, send + stream_start); each request
     contributes the branch that the current coefficients make the larger, so the rows are linear in them
-    for this round of the fixed point."""
+    for this round of the fixed point. A request sent after a step's end waits the in-flight share less how late
+    it came (while the share lasts): that lateness is the constant, carried as a last column of each row."""
     pre = _prefix(tr)
     feats = tr.step_features
     coef = [getattr(model, k) for k in COEFFICIENTS]

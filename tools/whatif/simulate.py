@@ -227,7 +227,9 @@ class _Engine:
                 # (Sends are handled at the step boundary after them: the step before them is one of the last two.)
                 end = next((e for e in reversed(self.step_ends) if e <= at), 0.0)
                 late = at - end
-                if late >= others * self.model.overhead_per_request_in_flight_s:
+                # Past the share: it waits none. Sent right at the step's end it keeps its count even while the share
+                # is zero, so that a fit starting from no share still sees what the share would cost.
+                if late > others * self.model.overhead_per_request_in_flight_s:
                     others, late = 0, 0.0
             heapq.heappush(self.ready, (at + hand_off(others) - late, r))
             if self.keep:
