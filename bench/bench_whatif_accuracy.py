@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.tiny_models import ensure_tiny_models
 from support.vllm_server import VllmServer, start_vllm
 
-from vllm_tune.tools.whatif.accuracy import CASES, failures, run_case, summary_table, table
+from vllm_tune.tools.whatif.accuracy import CASES, calibration_line, failures, run_case, summary_table, table
 
 
 async def main() -> int:
@@ -46,13 +46,8 @@ async def main() -> int:
         for i, case in enumerate(CASES):
             cal, outcome = await run_case(a_url, {}, start, case, seed=100 + i, save_result=save)
             outcomes.append(outcome)
-            m = cal.step_model
-            print(f"case {i + 1}/{len(CASES)} {case.name} ({time.monotonic() - t0:.0f} s): calibration "
-                  f"fixed {m.fixed_s * 1e3:.2f} ms, {m.per_decode_seq_s * 1e3:.3f} ms/seq, "
-                  f"{m.per_prefill_token_s * 1e6:.1f} us/prefill token, {m.per_context_token_s * 1e9:.1f} ns/ctx, "
-                  f"hand-off {m.request_overhead_s * 1e3:.1f} ms + {m.overhead_per_request_in_flight_s * 1e3:.2f} "
-                  f"ms/request in flight, ITL spread {m.itl_spread:.2f}; residuals within "
-                  f"{cal.max_abs_relative_error or 0:.0%}", flush=True)
+            print(f"case {i + 1}/{len(CASES)} {case.name} ({time.monotonic() - t0:.0f} s): {calibration_line(cal)}",
+                  flush=True)
         print()
         print(table(outcomes))
         print()

@@ -15,7 +15,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from vllm_tune.tools.whatif.accuracy import CASES, evaluate_saved, failures, load_saved, summary_table, table
+from vllm_tune.tools.whatif.accuracy import (
+    CASES,
+    calibration_line,
+    evaluate_saved,
+    failures,
+    load_saved,
+    summary_table,
+    table,
+)
 
 
 def main() -> int:
@@ -32,11 +40,7 @@ def main() -> int:
     for i, case in enumerate(CASES):
         cal, outcome = evaluate_saved(results, args.seed + i, case)
         outcomes.append(outcome)
-        m = cal.step_model
-        print(f"{case.name}: fixed {m.fixed_s * 1e3:.2f} ms, {m.per_decode_seq_s * 1e3:.3f} ms/seq, "
-              f"{m.per_prefill_token_s * 1e6:.1f} us/prefill token, {m.per_context_token_s * 1e9:.1f} ns/ctx, "
-              f"hand-off {m.request_overhead_s * 1e3:.1f} ms + {m.overhead_per_request_in_flight_s * 1e3:.2f} ms "
-              f"per request in flight; residuals within {cal.max_abs_relative_error or 0:.0%}", flush=True)
+        print(f"{case.name}: {calibration_line(cal)}", flush=True)
     print()
     print(table(outcomes))
     print()

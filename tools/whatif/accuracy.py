@@ -277,6 +277,16 @@ def evaluate_saved(results: list[dict[str, Any]], seed: int, case: Case,
     return evaluate(case, seed, a_flags or {}, runs)
 
 
+def calibration_line(cal: Calibration) -> str:
+    """One line of a case's fitted costs and how closely they reproduce the runs they came from."""
+    m = cal.step_model
+    return (f"calibration fixed {m.fixed_s * 1e3:.2f} ms, {m.per_decode_seq_s * 1e3:.3f} ms/seq, "
+            f"{m.per_prefill_token_s * 1e6:.1f} us/prefill token, {m.per_context_token_s * 1e9:.1f} ns/ctx, "
+            f"hand-off {m.request_overhead_s * 1e3:.1f} ms + {m.overhead_per_request_in_flight_s * 1e3:.2f} "
+            f"ms/request in flight, ITL spread {m.itl_spread:.2f}; residuals within "
+            f"{cal.max_abs_relative_error or 0:.0%}")
+
+
 def queue_share(window: dict[str, Any]) -> float:
     queue, e2e = window.get("server_mean_queue_time_ms"), window.get("server_mean_e2e_ms")
     return float(queue) / float(e2e) if queue is not None and e2e else 0.0
