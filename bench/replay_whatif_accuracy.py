@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.whatif.accuracy import (
     CASES,
     calibration_line,
@@ -32,13 +33,21 @@ def main() -> int:
                                                ".jsonl(.gz) of results")
     ap.add_argument("--seed", type=int, default=100, help="seed of the first case (100: the bench, 200: the test)")
     args = ap.parse_args()
-    results = load_saved(args.results)
+    try:
+        results = load_saved(args.results)
+    except (OSError, ValueError) as exc:  # missing file, not gzip, not JSON lines
+        print(f"cannot read saved results from {args.results}: {exc}", file=sys.stderr)
+        return 2
     if not results:
         print(f"no result.json under {args.results}", file=sys.stderr)
         return 2
     outcomes = []
     for i, case in enumerate(CASES):
-        cal, outcome = evaluate_saved(results, args.seed + i, case)
+        try:
+            cal, outcome = evaluate_saved(results, args.seed + i, case)
+        except BadInputError as exc:  # e.g. runs of another seed, or an incomplete run
+            print(f"{exc} (is --seed {args.seed} the seed of that run's first case?)", file=sys.stderr)
+            return 2
         outcomes.append(outcome)
         print(f"{case.name}: {calibration_line(cal)}", flush=True)
     print()
