@@ -19,8 +19,10 @@ def _series(name: str, value: float, **labels: str) -> dict[str, Any]:
     return {"metric": {"__name__": name, "engine": "0", "model_name": "m", **labels}, "value": [0, str(value)]}
 
 
-def _api(first_scrape: float, end_lag_s: float = 0.0) -> httpx.MockTransport:
-    """Scrapes every second from `first_scrape` on, except none in the last `end_lag_s` before END."""
+def _api(first_scrape: float, end_lag_s: float = 0.0, asked: list[tuple[str, float]] | None = None,
+         ) -> httpx.MockTransport:
+    """Scrapes every second from `first_scrape` on, except none in the last `end_lag_s` before END. The PromQL
+    cross-check's queries and times go to `asked`; it answers 0.25 s."""
     def handle(request: httpx.Request) -> httpx.Response:
         params = request.url.params
         if request.url.path == "/api/v1/query_range":
@@ -35,7 +37,11 @@ def _api(first_scrape: float, end_lag_s: float = 0.0) -> httpx.MockTransport:
             return httpx.Response(200, json={"status": "success", "data": {"result": result}})
         query, at = params["query"], float(params.get("time", END))
         if query.startswith("histogram_quantile"):
-            return httpx.Response(200, json={"status": "success", "data": {"result": []}})
+            if asked is None:
+                return httpx.Response(200, json={"status": "success", "data": {"result": []}})
+            asked.append((query, at))
+            return httpx.Response(200, json={"status": "success", "data": {"result": [{"metric": {},
+                                                                                        "value": [at, "0.25"]}]}})
         if query.startswith("timestamp("):
             scraped = float(int(min(at, END - end_lag_s)))
             stamps = [_series("vllm:num_requests_running", scraped)] if scraped >= first_scrape else []
@@ -76,3 +82,14 @@ def test_counters_are_dated_by_their_scrape_not_by_the_query() -> None:
     fresh, _, _ = read_prometheus(httpx.Client(transport=_api(FIRST_SCRAPE)), "http://prom", selector=None,
                                   model=None, window_s=40, end=END)
     assert fresh.seconds == pytest.approx(40.0) and not fresh.caveats
+
+
+def test_promql_cross_check_spans_the_scrapes_the_counters_came_from() -> None:
+    # With the end's scrapes 12 s late, a range counted back from the query time would hold the start sample
+    # only (rate() then answers nothing); the range must run from the start sample to the end sample.
+    asked: list[tuple[str, float]] = []
+    client = httpx.Client(transport=_api(FIRST_SCRAPE, end_lag_s=12.0, asked=asked))
+    _, cross, _ = read_prometheus(client, "http://prom", selector=None, model="m", window_s=40, end=END)
+    assert cross == {"ttft": 250.0, "itl": 250.0}
+    assert [at for _, at in asked] == [END - 12.0, END - 12.0]
+    assert all("[28001ms]" in q and 'model_name="m"' in q for q, _ in asked)

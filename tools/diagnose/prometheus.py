@@ -146,8 +146,12 @@ def _gauge_samples(client: httpx.Client, base: str, matchers: str, start: float,
 
 
 def _cross_check(client: httpx.Client, base: str, matchers: str, end: float, window_s: float) -> dict[str, float]:
+    """PromQL's p90 over the window, evaluated at the end sample's scrape time with a range reaching back to the
+    start sample's scrape: both samples are in the range however late or few the scrapes were (a range a
+    scrape short of the start holds a single sample on a server too busy to answer most scrapes, and then
+    rate() answers nothing). The extra millisecond keeps the start sample in Prometheus 3's left-open ranges."""
     out: dict[str, float] = {}
-    rng = f"{max(1, round(window_s))}s"
+    rng = f"{max(1000, round(window_s * 1000.0)) + 1}ms"
     for key, bucket in CROSS_CHECK.items():
         sel = f"{bucket}{{{matchers}}}" if matchers else bucket
         query = f"histogram_quantile(0.9, sum by (le) (rate({sel}[{rng}])))"
@@ -197,7 +201,8 @@ def read_prometheus(client: httpx.Client, base: str, *, selector: str | None, mo
         if abs(measured - asked) > max(2.0, 0.1 * asked):
             caveats.append(f"Prometheus's samples at the window's ends were scraped {measured:.1f} s apart, not "
                            f"{asked:g} s (scrapes failed or lagged near an end): rates use the {measured:.1f} s")
-    cross = _cross_check(client, base, _matchers(check_selector(selector), model), stop, window_s)
+    cross = _cross_check(client, base, _matchers(check_selector(selector), model),
+                         after.timestamp if after.timestamp is not None else stop, window_s)
     if not samples:
         caveats.append("Prometheus returned no gauge samples in the range; gauges are read at the ends")
     window = Window(after=after, before=before, seconds=window_s, samples=samples, caveats=caveats)
