@@ -15,6 +15,11 @@ the mean of each leg in ms:
   ->API         until the API process takes that batch
   API->client   until the client reads the first token
 
+After the legs it compares the engine's own step times (from one batch of outputs to the next) at the same mix of
+decoding and prefilling requests, without and with a request in intake (between the client's send and the
+engine core's queue): on the suite's 2-core host the API server's work on a new request takes cores the
+engine's forward pass would use.
+
 It is the measurement behind what_if's hand-off (knowledge/entries/whatif.yaml, whatif.simplifications). Run it
 under the shared lock on an otherwise idle box:
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import statistics
 import sys
@@ -50,6 +56,7 @@ LOADS: list[tuple[str, dict[str, float]]] = [("closed loop c=8", {"concurrency":
 BUDGETS = [None, "256"]  # None: vLLM's default for the CPU backend
 LEGS = ["client->API", "intake", "->queued", "queue", "prefill", "->API", "API->client"]
 QUEUED, SCHEDULED = 1, 2  # EngineCoreEventType values at vLLM 0.32.0
+MAX_STEP_MS = 60.0  # longer gaps between output batches are idle time (the tiny model's steps take 2-25 ms)
 
 
 async def send_load(url: str, model: str, tag: str, seed: int, load: dict[str, float]) -> list[dict[str, Any]]:
@@ -130,6 +137,64 @@ def legs(records: list[dict[str, Any]], trace: Path) -> tuple[dict[str, list[flo
     return out, missing
 
 
+def step_times(trace: Path, records: list[dict[str, Any]]) -> list[tuple[float, int, int, float]]:
+    """The engine's steps while these records' load ran: (ms, decoding requests, requests prefilling, requests in
+    intake). A step runs from one batch of engine outputs to the next (gaps over MAX_STEP_MS are idle time, not
+    steps); decoding: requests with a token in the batch after an earlier one; prefilling: requests scheduled and
+    not past their first token before the step ends (chunked prompts take several steps); intake: requests between
+    the client's send and the engine core's queue, each counted for the share of the step it overlaps."""
+    _, events, _ = read_trace(trace)
+    batches: list[tuple[float, list[str]]] = []
+    for line in trace.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["kind"] == "outputs":
+            batches.append((rec["engine"], [rid.rsplit("-", 1)[0] for rid, new_tokens, _ in rec["requests"]
+                                            if new_tokens]))
+    batches.sort()
+    first: dict[str, int] = {}
+    for i, (_, ids) in enumerate(batches):
+        for rid in ids:
+            first.setdefault(rid, i)
+    intake = [(rec["send"], events[rid][QUEUED]) for rec in records
+              if QUEUED in events.get(rid := f"cmpl-{rec['id']}-0", {})]
+    ours = {f"cmpl-{rec['id']}-0" for rec in records}
+    scheduled = [(events[rid][SCHEDULED], rid) for rid in ours if SCHEDULED in events.get(rid, {})]
+    lo = min((s for s, _ in intake), default=math.inf)
+    out: list[tuple[float, int, int, float]] = []
+    for i in range(1, len(batches)):
+        (t0, _), (t1, ids) = batches[i - 1], batches[i]
+        ms = (t1 - t0) * 1e3
+        if t0 < lo or ms > MAX_STEP_MS or not any(rid in ours for rid in ids):
+            continue
+        decoding = sum(1 for rid in ids if first[rid] < i)
+        prefilling = sum(1 for at, rid in scheduled if at < t1 and first.get(rid, len(batches)) >= i)
+        in_intake = sum(min(t1, q) - max(t0, s) for s, q in intake if q > t0 and s < t1) / (t1 - t0)
+        out.append((ms, decoding, prefilling, in_intake))
+    return out
+
+
+def contention_rows(steps: list[tuple[float, int, int, float]], min_steps: int = 5) -> list[str]:
+    """Median step time at the same mix of decoding and prefilling requests, with no request in intake against
+    at least half a request in intake: what the API server's intake work costs the engine on shared cores."""
+    groups: dict[tuple[int, int], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for ms, decoding, prefilling, in_intake in steps:
+        if in_intake == 0:
+            groups[(decoding, prefilling)][0].append(ms)
+        elif in_intake >= 0.5:
+            groups[(decoding, prefilling)][1].append(ms)
+    rows, extra = [], []
+    for (decoding, prefilling), (idle, busy) in sorted(groups.items()):
+        if len(idle) >= min_steps and len(busy) >= min_steps:
+            a, b = statistics.median(idle), statistics.median(busy)
+            extra.append(b - a)
+            rows.append(f"{decoding} decoding, {prefilling} prefilling: {a:.2f} ms ({len(idle)} steps) without, "
+                        f"{b:.2f} ms ({len(busy)}) with a request in intake ({b - a:+.2f} ms)")
+    if extra:
+        rows.insert(0, f"over {len(extra)} mixes seen both ways: {statistics.median(extra):+.2f} ms median "
+                       f"({min(extra):+.2f} to {max(extra):+.2f})")
+    return rows
+
+
 async def main() -> int:
     model = ensure_tiny_models(build=False).llama
     work = Path(tempfile.mkdtemp(prefix="vllm-tune-request-path-"))
@@ -142,12 +207,14 @@ async def main() -> int:
     print("| load | budget | TTFT p50 | " + " | ".join(LEGS) + " |")
     print("|---|---:|---:|" + "---:|" * len(LEGS))
     seed = 900
+    steps: dict[tuple[str, str | None], list[tuple[float, int, int, float]]] = defaultdict(list)
     try:
         for rep in range(2):
             for name, load in LOADS:
                 for budget, server in zip(BUDGETS, servers, strict=True):
                     seed += 1
                     records = await send_load(server.url, server.model, f"r{rep}s{seed}", seed, load)
+                    steps[(name, budget)] += step_times(traces[budget], records)
                     got, missing = legs(records, traces[budget])
                     if not got["ttft"]:
                         print(f"| {name} | {budget or 'default'} | no request traced ({missing} missing) |")
@@ -158,6 +225,12 @@ async def main() -> int:
     finally:
         for server in servers:
             server.stop()
+    print("\nEngine step times at the same mix, without and with a request in intake (client send to engine "
+          "queue; the API server's work on it shares the cores with the engine):")
+    for (name, budget), timed in steps.items():
+        print(f"- {name}, budget {budget or 'default'}: {len(timed)} steps")
+        for row in contention_rows(timed):
+            print(f"  - {row}")
     return 0
 
 
