@@ -101,3 +101,31 @@ def test_sigkill_of_vllm_tune_still_ends_the_whole_group(tmp_path: Path) -> None
     assert out.returncode == 0, out.stderr
     assert "running:" not in out.stdout and " 0 proposed" in out.stdout
     assert json.loads(path.read_text())["server"] is None
+
+
+def test_sigterm_dropped_inside_a_weakref_callback_is_delivered_again() -> None:
+    # CI once saw SIGTERM land while the main thread ran a weakref callback of the import machinery: Python
+    # reports an exception raised there and drops it, and the run went on measuring with the signal ignored.
+    import weakref
+
+    from vllm_tune.cli.tune import Terminated, _terminate_like_interrupt
+
+    class Thing:
+        pass
+
+    def callback(_ref: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10_000):  # the handler runs here, inside the callback, and its exception is dropped
+            pass
+
+    before, hook_before = signal.getsignal(signal.SIGTERM), sys.unraisablehook
+    with pytest.raises(Terminated) as caught, _terminate_like_interrupt():
+        thing = Thing()
+        ref = weakref.ref(thing, callback)
+        del thing
+        assert ref() is None
+        t0 = time.monotonic()
+        time.sleep(30)  # delivered again here, after 10 ms, waking the sleep
+    assert time.monotonic() - t0 < 10
+    assert caught.value.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == before and sys.unraisablehook is hook_before
