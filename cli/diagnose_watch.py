@@ -7,8 +7,9 @@ import argparse
 import json
 import signal
 import sys
-from types import FrameType
 from typing import Any
+
+from vllm_tune.cli.signals import raising_on
 
 WATCH_HELP = ("re-diagnose every S seconds over a sliding window (--window, default 3 intervals) until "
               "--duration; only loopback or VLLM_TUNE_ALLOWED_TARGETS targets; Ctrl-C prints the summary")
@@ -55,14 +56,8 @@ def run_watch(args: argparse.Namespace, request: Any) -> int:
                 sys.stdout.flush()
         last_key[0] = tick.verdict_key
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise StopWatch(signal.Signals(signum).name)
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
+    with raising_on((signal.SIGTERM,), lambda signum: StopWatch(signal.Signals(signum).name), once=False):
         summary = watch_live(request, settings, policy=policy, on_tick=on_tick)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     if args.json:
         _emit({"event": "summary", **summary.model_dump(mode="json")})
     else:

@@ -7,16 +7,13 @@ import contextlib
 import os
 import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from types import FrameType
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from vllm_tune.cli.common import EXIT_TARGET, GOODPUT_HELP, parse_env_items, print_json, slo_from_args
+from vllm_tune.cli.signals import raising_on
 
 if TYPE_CHECKING:
-    from sys import UnraisableHookArgs
-
     from vllm_tune.tools.tune.models import TuneState
 
 
@@ -180,44 +177,8 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
-@contextlib.contextmanager
-def _terminate_like_interrupt() -> Iterator[None]:
-    def raise_terminated(signum: int, frame: FrameType | None) -> None:
-        # Once: a second signal while the server is being stopped must not cut that short.
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)
-        raise Terminated(signum)
-
-    def redeliver(unraisable: UnraisableHookArgs) -> None:
-        # The signal came while the main thread ran code whose exceptions Python reports and drops (a weakref
-        # callback inside an import, a __del__): Terminated never reached the run, which went on measuring with
-        # the signal ignored (seen in CI). Deliver it again from another thread, so that it lands after that code
-        # (called here, in the main thread, it would be dropped again; dropped again anyway, it comes back here).
-        exc = unraisable.exc_value
-        if isinstance(exc, Terminated):
-            signal.signal(exc.signum, raise_terminated)
-            threading.Timer(0.01, resend, (exc.signum,)).start()
-            return
-        previous_hook(unraisable)
-
-    def resend(signum: int) -> None:
-        # A real signal to the main thread, which also wakes it from a blocking system call; not once the run
-        # is over and the default handlers are back.
-        main = threading.main_thread().ident
-        if active and main is not None:
-            signal.pthread_kill(main, signum)
-
-    active = True
-    previous_hook = sys.unraisablehook
-    sys.unraisablehook = redeliver
-    previous = {sig: signal.signal(sig, raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        active = False
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        sys.unraisablehook = previous_hook
+def _terminate_like_interrupt() -> contextlib.AbstractContextManager[None]:
+    return raising_on((signal.SIGTERM, signal.SIGHUP), Terminated, once=True)
 
 
 def _starting_servers(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
