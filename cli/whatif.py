@@ -83,7 +83,8 @@ def _input(args: argparse.Namespace) -> Any:
         save_calibration=args.save_calibration)
 
 
-_COLUMNS = [("variant", "variant", "{}"), ("max_num_seqs", "seqs", "{}"), ("max_num_batched_tokens", "batch tok", "{}"),
+_COLUMNS = [("variant", "variant", "{}"), ("kind", "kind", "{}"), ("max_num_seqs", "seqs", "{}"),
+            ("max_num_batched_tokens", "batch tok", "{}"),
             ("request_throughput", "req/s", "{:.2f}"), ("output_throughput", "out tok/s", "{:.0f}"),
             ("median_ttft_ms", "TTFT p50", "{:.1f}"), ("p90_ttft_ms", "TTFT p90", "{:.1f}"),
             ("median_itl_ms", "ITL p50", "{:.2f}"), ("p90_itl_ms", "ITL p90", "{:.2f}"),
@@ -92,7 +93,9 @@ _COLUMNS = [("variant", "variant", "{}"), ("max_num_seqs", "seqs", "{}"), ("max_
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    cols = [c for c in _COLUMNS if any(r.get(c[0]) is not None for r in rows)]
+    # The kind column only when some row is not an estimate: a bound must not read as one.
+    cols = [c for c in _COLUMNS if any(r.get(c[0]) is not None for r in rows)
+            and (c[0] != "kind" or any(r.get("kind", "estimate") != "estimate" for r in rows))]
     cells = [[h for _, h, _ in cols]]
     for r in rows:
         cells.append(["-" if r.get(k) is None else fmt.format(r[k]) for k, _, fmt in cols])

@@ -92,3 +92,45 @@ async def test_predictions_beyond_the_calibrated_range_are_flagged(results: list
     assert out.baseline.warnings == []
     assert any("96 sequences per step" in w for w in out.variants[0].warnings)
     assert any("1500-token prompts" in w for w in out.variants[1].warnings)
+
+
+@pytest.mark.anyio
+async def test_runs_of_one_batch_size_give_bounds_that_hold(results: list[str], tmp_path: Path) -> None:
+    # results[1] alone: every request at concurrency 16 with 64-token prompts, so neither the cost per sequence nor
+    # the cost per prompt token can be told from the fixed costs.
+    from vllm_tune.tools.whatif.calibrate import Calibration, save
+
+    load = {"concurrency": 16, "input_len": 64, "output_len": 128, "num_prompts": 64}
+    variants: list[dict[str, str | int | float | bool]] = [{"concurrency": "48"}, {"concurrency": "4"},
+                                                            {"input_len": "512"}]
+    out = await what_if(WhatIfInput(from_result=[results[1]], variants=variants, **load))
+    assert out.calibration.conditions["seen"]["single_batch"] == 16
+    assert out.baseline.kind == "estimate" and not out.baseline.warnings
+    assert [v.kind for v in out.variants] == ["best case", "worst case", "best case"]
+    assert all(v.warnings[0].startswith("not enough data for an estimate") for v in out.variants)
+    assert "extrapolating" not in " ".join(out.variants[2].warnings)  # the bound says it already
+    # What the bounds claim holds against the step model the runs were simulated from.
+    truth = save(Calibration(step_model=TRUE, engine=ENGINE, source="truth"), str(tmp_path / "truth.json"))
+    real = await what_if(WhatIfInput(calibration=str(truth), variants=variants, **load))
+    more, fewer, longer = (v.result for v in out.variants)
+    real_more, real_fewer, real_longer = (v.result for v in real.variants)
+    assert more.request_throughput >= real_more.request_throughput
+    assert more.median_tpot_ms is not None and real_more.median_tpot_ms is not None
+    assert more.median_tpot_ms <= real_more.median_tpot_ms
+    assert fewer.request_throughput <= real_fewer.request_throughput
+    assert longer.median_ttft_ms is not None and real_longer.median_ttft_ms is not None
+    assert longer.median_ttft_ms <= real_longer.median_ttft_ms
+    # Runs at two concurrencies: the per-sequence cost is fitted, and a larger batch is an estimate again.
+    both = await what_if(WhatIfInput(from_result=[results[1], results[3]], variants=variants[:1], **load))
+    assert "single_batch" not in both.calibration.conditions["seen"]
+    assert both.variants[0].kind == "estimate"
+
+
+def test_cli_table_marks_bounds(results: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["whatif", "--from", results[1], "--set", "concurrency=48"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("concurrency=48"))
+    assert row.split()[1:3] == ["best", "case"]
+    assert "warning (concurrency=48): not enough data for an estimate" in out
+    assert main(["whatif", *[a for p in results for a in ("--from", p)], "--set", "concurrency=48"]) == 0
+    assert " kind " not in capsys.readouterr().out  # estimates only: no kind column

@@ -15,7 +15,7 @@ from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.lint.flags import FlagTable
 from vllm_tune.tools.tune.models import TrialPrediction, TuneState
 from vllm_tune.tools.tune.propose import LEVERS, Candidate, lever_settings
-from vllm_tune.tools.whatif.api import ENGINE_KEYS, engine_for, predict_values
+from vllm_tune.tools.whatif.api import ENGINE_KEYS, engine_for, predict_with_kind
 from vllm_tune.tools.whatif.calibrate import Calibration, calibrate_from_results, max_residual
 
 # Levers whose effect the scheduler simulation models (the others: async scheduling, prefix caching, are not).
@@ -65,7 +65,7 @@ def predict(sc: SessionCalibration, state: TuneState, table: FlagTable, best_com
             **({"concurrency": w.concurrency} if w.concurrency else {"rate": w.rate})}
     changes = {LEVERS[flag].dest: value for flag, value in cand.changes.items()}
     try:
-        before, after = predict_values(cal, changes, load=load, metric=state.objective)
+        before, after, kind = predict_with_kind(cal, changes, load=load, metric=state.objective)
     except (BadInputError, ValueError):  # a change or load the simulation cannot take: no prediction
         return None
     if not before:
@@ -73,7 +73,8 @@ def predict(sc: SessionCalibration, state: TuneState, table: FlagTable, best_com
     ratio = after / before
     change = ratio - 1.0
     return TrialPrediction(objective=best_objective * ratio, gain=-change if state.better_when == "lower" else change,
-                           uncertainty=residual_bound(sc.calibration, state.objective), calibration_runs=sc.runs)
+                           uncertainty=residual_bound(sc.calibration, state.objective), calibration_runs=sc.runs,
+                           kind=kind)
 
 
 def residual_bound(cal: Calibration, objective: str) -> float | None:
@@ -83,15 +84,23 @@ def residual_bound(cal: Calibration, objective: str) -> float | None:
     return max_residual(cal, [family])
 
 
+_KIND = {"best case": "a best case: the session's runs cannot tell a cost this change needs",
+         "worst case": "a worst case: the session's runs cannot tell a cost this change needs",
+         "no bound": "neither estimate nor bound: the session's runs cannot tell costs this change needs"}
+
+
 def describe(p: TrialPrediction, objective: str) -> str:
     bound = "no residuals to bound it" if p.uncertainty is None else \
         f"±{p.uncertainty:.0%}, the calibration's largest residual on this quantity"
-    return f"what_if predicts {objective} {p.objective:.4g} (gain {p.gain:+.0%}; {bound})"
+    kind = f"; {_KIND[p.kind]}" if p.kind in _KIND else ""
+    return f"what_if predicts {objective} {p.objective:.4g} (gain {p.gain:+.0%}; {bound}{kind})"
 
 
 def predicted_line(p: TrialPrediction) -> str:
     """Predicted next to measured, for the report."""
     bound = "" if p.uncertainty is None else f" ±{p.uncertainty:.0%}"
+    if p.kind != "estimate":
+        bound += f" ({p.kind})"
     if p.measured is None:
         return f"what_if predicted {p.objective:.4g}{bound} (gain {p.gain:+.0%}); not measured"
     off = "" if p.error is None else f", prediction {p.error:+.0%} off"

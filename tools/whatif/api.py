@@ -92,6 +92,10 @@ class Prediction(BaseModel):
     load: dict[str, Any] = Field(description="the load simulated")
     result: BenchResult = Field(description="simulated run in run_benchmark's result shape (simulated=true)")
     capacity: CapacityResult | None = None
+    kind: Literal["estimate", "best case", "worst case", "no bound"] = Field(
+        default="estimate", description="'best case': throughput at most, latencies at least what is predicted "
+                                        "(the calibration cannot estimate this batch size or prompt length; see "
+                                        "warnings); 'worst case' the reverse; 'no bound': neither")
     warnings: list[str] = Field(default_factory=list)
 
 
@@ -155,19 +159,64 @@ def _calibrate(req: WhatIfInput) -> tuple[Calibration, dict[str, Any] | None]:
     raise AssertionError("probe calibrations are made by what_if() itself")
 
 
-def range_warnings(cal: Calibration, engine: EngineConfig, load_req: RunBenchmarkInput) -> list[str]:
-    """Say when a prediction leaves the batch sizes and prompt lengths the calibration saw."""
+def bounded_by(cal: Calibration, load_req: RunBenchmarkInput, mean_batch: float | None) -> list[tuple[str, bool]]:
+    """The sizes a prediction cannot estimate because every calibration run had the one size: ("batch" or
+    "prompt", whether the prediction's is larger). A cost per sequence (or per prompt token) that no run could tell
+    apart was folded into the fixed costs at that size; with the true cost >= 0, a larger size is predicted too
+    fast (a best case) and a smaller one too slow (a worst case). `mean_batch`: the prediction's mean requests per
+    engine step."""
+    seen = cal.conditions.get("seen") or {}
+    out: list[tuple[str, bool]] = []
+    b0 = seen.get("single_batch")
+    if b0 and mean_batch and not 0.8 * b0 <= mean_batch <= 1.25 * b0:
+        out.append(("batch", mean_batch > b0))
+    l0 = seen.get("single_input_len")
+    if l0 and not 0.8 * l0 <= load_req.input_len <= 1.25 * l0:
+        out.append(("prompt", load_req.input_len > l0))
+    return out
+
+
+def estimate_kind(bounds: list[tuple[str, bool]]) -> str:
+    """'estimate', 'best case' (throughput at most, latencies at least), 'worst case', or 'no bound' (the sizes
+    pull opposite ways)."""
+    sides = {larger for _, larger in bounds}
+    if not sides:
+        return "estimate"
+    if len(sides) > 1:
+        return "no bound"
+    return "best case" if sides == {True} else "worst case"
+
+
+def range_warnings(cal: Calibration, engine: EngineConfig, load_req: RunBenchmarkInput,
+                   mean_batch: float | None = None) -> list[str]:
+    """Say when a prediction is only a bound (see bounded_by) or leaves the batch sizes and prompt lengths the
+    calibration saw."""
     seen = cal.conditions.get("seen") or {}
     out: list[str] = []
+    bounds = dict(bounded_by(cal, load_req, mean_batch))
+    if "batch" in bounds:
+        more = bounds["batch"]
+        out.append(f"not enough data for an estimate: every calibration run kept {seen['single_batch']} requests "
+                   f"in flight, so the cost of each sequence in a step is unknown (folded into the fixed cost); at "
+                   f"about {mean_batch or 0:.0f} per step read throughput as at {'most' if more else 'least'} and "
+                   f"latencies as at {'least' if more else 'most'} what is predicted (calibrate on runs at other "
+                   f"concurrencies, or by probe, for an estimate)")
+    if "prompt" in bounds:
+        more = bounds["prompt"]
+        out.append(f"not enough data for an estimate: every calibration prompt had {seen['single_input_len']} "
+                   f"tokens, so the cost per prompt token is unknown (folded into the fixed costs); for "
+                   f"{load_req.input_len}-token prompts read TTFT as at {'least' if more else 'most'} and throughput "
+                   f"as at {'most' if more else 'least'} what is predicted (calibrate on runs with other prompt "
+                   f"lengths, or by probe, for an estimate)")
     conc = load_req.concurrency or load_req.max_concurrency
     max_batch = seen.get("max_concurrency")
     # 1.25x: on the suite's CPU server the per-sequence cost already grew several-fold between concurrency 32
     # (the probe's largest) and 48, so even a modest step past the calibrated range is flagged.
-    if max_batch and conc and min(conc, engine.max_num_seqs) > 1.25 * max_batch:
+    if "batch" not in bounds and max_batch and conc and min(conc, engine.max_num_seqs) > 1.25 * max_batch:
         out.append(f"extrapolating: up to {min(conc, engine.max_num_seqs)} sequences per step, the calibration saw "
                    f"at most {max_batch}")
     max_in = seen.get("max_input_len")
-    if max_in and load_req.input_len > 1.25 * max_in:
+    if "prompt" not in bounds and max_in and load_req.input_len > 1.25 * max_in:
         out.append(f"extrapolating: {load_req.input_len}-token prompts, the calibration saw at most {max_in}")
     return out
 
@@ -186,14 +235,16 @@ def _predict(name: str, changes: dict[str, str], cal: Calibration, base_engine: 
     trace = run(engine, cal.step_model, load)
     result = summarize(trace, load, engine, cal.step_model, percentiles=req.percentiles, slo_ms=req.slo or None,
                        label=name)
-    warnings = range_warnings(cal, engine, load_req)
+    mean_batch = sum(trace.step_tokens) / len(trace.step_tokens) if trace.step_tokens else None
+    warnings = range_warnings(cal, engine, load_req, mean_batch)
+    kind = estimate_kind(bounded_by(cal, load_req, mean_batch))
     if result["failed"]:
         warnings.append(f"{result['failed']} requests were never sent or never finished in the simulation")
     load_view = {k: v for k, v in load_req.model_dump().items()
                  if k in ("concurrency", "rate", "arrival", "burstiness", "max_concurrency", "trace", "num_prompts",
                           "duration_s", "input_len", "output_len") and v is not None}
     return Prediction(name=name, changes=dict(changes), engine=engine, load=load_view,
-                      result=BenchResult.model_validate(result), warnings=warnings)
+                      result=BenchResult.model_validate(result), kind=kind, warnings=warnings)
 
 
 async def simulate_capacity(engine: EngineConfig, cal: Calibration, base_req: RunBenchmarkInput, *,
@@ -238,7 +289,7 @@ TABLE_METRICS = ("request_throughput", "output_throughput", "median_ttft_ms", "p
 
 def table_row(p: Prediction) -> dict[str, Any]:
     res = p.result.model_dump()
-    row: dict[str, Any] = {"variant": p.name, "max_num_seqs": p.engine.max_num_seqs,
+    row: dict[str, Any] = {"variant": p.name, "kind": p.kind, "max_num_seqs": p.engine.max_num_seqs,
                            "max_num_batched_tokens": p.engine.max_num_batched_tokens,
                            "load": ", ".join(f"{k}={v}" for k, v in p.load.items()
                                              if k in ("concurrency", "rate", "input_len", "output_len"))}
@@ -305,6 +356,13 @@ def _name(changes: dict[str, str]) -> str:
 def predict_values(calibration: Calibration, changes: dict[str, str], *, load: dict[str, Any],
                    metric: str = "output_throughput") -> tuple[float, float]:
     """`metric` simulated for the unchanged server (calibration.engine) and with `changes` applied, same load."""
+    b, c, _ = predict_with_kind(calibration, changes, load=load, metric=metric)
+    return b, c
+
+
+def predict_with_kind(calibration: Calibration, changes: dict[str, str], *, load: dict[str, Any],
+                      metric: str = "output_throughput") -> tuple[float, float, str]:
+    """predict_values and the changed prediction's kind (Prediction.kind: an estimate or only a bound)."""
     req = WhatIfInput(calibration="-", **{k: v for k, v in load.items() if k in WhatIfInput.model_fields})
     base_req = _base_request(req, None)
     base = _predict("baseline", {}, calibration, calibration.engine, base_req, req)
@@ -312,7 +370,7 @@ def predict_values(calibration: Calibration, changes: dict[str, str], *, load: d
     b, c = base.result.model_dump().get(metric), cand.result.model_dump().get(metric)
     if b is None or c is None:
         raise BadInputError(f"metric {metric!r} is not in a simulated result")
-    return float(b), float(c)
+    return float(b), float(c), cand.kind
 
 
 def predict_gain(calibration: Calibration, changes: dict[str, str], *, load: dict[str, Any],

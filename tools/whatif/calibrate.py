@@ -310,6 +310,21 @@ def _fixed_point(observed: list[Observed], engine: EngineConfig, model: StepMode
     return model, rounds, False
 
 
+def _single_settings(observed: list[Observed], engine: EngineConfig) -> dict[str, int]:
+    """The batch size (closed loops only, all at one concurrency) or prompt length (all prompts alike) that every
+    run shared, if any. A cost per sequence or per prompt token cannot be told from the fixed costs then: the fit
+    folds it into them, and what_if says its predictions for other sizes are bounds."""
+    out: dict[str, int] = {}
+    batches = {min(o.load.concurrency, (o.engine or engine).max_num_seqs) if o.load.offsets is None and
+               o.load.concurrency else None for o in observed}
+    if len(batches) == 1 and None not in batches:
+        out["single_batch"] = int(next(iter(batches)) or 0)
+    lens = {p for o in observed for p, _ in o.load.lens}
+    if len(lens) == 1:
+        out["single_input_len"] = next(iter(lens))
+    return out
+
+
 def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditions: dict[str, Any] | None = None,
         use_context: bool = True) -> Calibration:
     """Fixed-point non-negative least squares of the step model on the observed runs, from each of a few
@@ -320,7 +335,7 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
     seen = {"max_concurrency": max((o.load.concurrency or o.load.max_concurrency or 0) for o in observed) or None,
             "max_input_len": max(p for o in observed for p, _ in o.load.lens),
             "max_output_len": max(q for o in observed for _, q in o.load.lens),
-            "runs": len(observed)}
+            "runs": len(observed), **_single_settings(observed, engine)}
     best: tuple[float, Calibration] | None = None
     for start in _starts(observed):
         model, rounds, converged = _fixed_point(observed, engine, start, usable)
