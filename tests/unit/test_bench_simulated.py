@@ -131,3 +131,13 @@ async def test_mcp_run_benchmark_simulates_without_asking_or_sending(calibration
         outside = await client.call_tool("run_benchmark", {
             "url": NOBODY, "search_capacity": True, "slo": SLO, "simulate": "/etc/hostname"})
         assert outside.is_error and "not under the allowed file roots" in outside.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_a_calibration_of_one_batch_size_makes_the_capacity_a_bound(results: list[str], tmp_path: Path) -> None:
+    # results[1] alone ran every step at 16 sequences; the capacity search goes far past that.
+    out = await run_benchmark(_request(results[1], tmp_path, search_variable="concurrency"))
+    assert out.simulation is not None and out.capacity is not None and out.capacity.capacity is not None
+    assert out.capacity.capacity > 20
+    assert any(w.startswith("not enough data for an estimate: every calibration run kept 16 requests")
+               for w in out.simulation.warnings)

@@ -172,7 +172,9 @@ async def simulated_search(req: RunBenchmarkInput, *, report: ProgressCallback |
         if cap.capacity is not None:
             at: dict[str, Any] = {"rate": cap.capacity, "concurrency": None} if cap.variable == "rate" else \
                 {"concurrency": int(cap.capacity)}
-            sim.warnings += range_warnings(cal, engine, base.model_copy(update=at))
+            at_req = base.model_copy(update=at)
+            steps = run(engine, cal.step_model, load_from_request(at_req)).step_tokens
+            sim.warnings += range_warnings(cal, engine, at_req, sum(steps) / len(steps) if steps else None)
         sim.notes.append("simulated: no search load was sent; the scheduler model and what it leaves out are in "
                          "kb://entries/whatif.simplifications")
         if spec.verify:
