@@ -98,7 +98,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             and (c[0] != "kind" or any(r.get("kind", "estimate") != "estimate" for r in rows))]
     cells = [[h for _, h, _ in cols]]
     for r in rows:
-        cells.append(["-" if r.get(k) is None else fmt.format(r[k]) for k, _, fmt in cols])
+        cells.append(["-" if r.get(k) is None else r[k] if isinstance(r[k], str) else fmt.format(r[k])
+                      for k, _, fmt in cols])
     widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
              for row in cells]
