@@ -164,8 +164,9 @@ def test_overload_top_finding_is_capacity_bound(vllm_server_factory: VllmFactory
         out = during(lambda: load.drive_state(server.url, server.model, state), 0.0,  # noqa: B023
                      lambda: paced_overload_window(server, serve_flags={"max_num_seqs": 2}))
         # The state this test needs is load inside the window; when the machine's speed changed between sizing
-        # the load and observing it, the window can miss the load entirely: set the state up again, once.
-        if not out.verdict.startswith("idle"):
+        # the load and observing it, the window can miss the load entirely, or (CI, once: a 2 s window paced on
+        # a 63 ms round, mean TTFT 11 s) see too little of it to name anything: set the state up again, once.
+        if not out.verdict.startswith(("idle", "abstaining")):
             break
     assert out.bottleneck == "triage.ttft-high-queue-growing", (out.verdict, out.sources_used, out.capacity,
                                                                 out.caveats)
