@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -96,29 +97,39 @@ async def send_load(url: str, model: str, tag: str, seed: int, load: dict[str, f
         return records
 
 
-def read_trace(path: Path) -> tuple[dict[str, tuple[float, float]], dict[str, dict[int, float]],
-                                    dict[str, tuple[float, float]]]:
-    """add_request (entered, left), engine events, and (engine time, taken) of the batch with the first token,
-    each by the request id vLLM was given (its engine-side id carries one more suffix)."""
-    adds: dict[str, tuple[float, float]] = {}
-    events: dict[str, dict[int, float]] = defaultdict(dict)
-    first: dict[str, tuple[float, float]] = {}
+@dataclass
+class Trace:
+    """What the sitecustomize wrote, by the request id vLLM was given (its engine-side id carries one more suffix)."""
+
+    adds: dict[str, tuple[float, float]] = field(default_factory=dict)  # add_request (entered, left)
+    events: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))  # engine events
+    first: dict[str, tuple[float, float]] = field(default_factory=dict)  # (engine time, taken) of the first token
+    batches: list[tuple[float, list[str]]] = field(default_factory=list)  # engine time, ids with tokens; in order
+
+
+def read_trace(path: Path) -> Trace:
+    out = Trace()
     for line in path.read_text().splitlines():
         rec = json.loads(line)
         if rec["kind"] == "add":
-            adds[rec["id"]] = (rec["entered"], rec["left"])
+            out.adds[rec["id"]] = (rec["entered"], rec["left"])
             continue
+        ids = []
         for engine_id, new_tokens, evs in rec["requests"]:
             rid = engine_id.rsplit("-", 1)[0]
             for kind, ts in evs:
-                events[rid].setdefault(kind, ts)
-            if new_tokens and rid not in first:
-                first[rid] = (rec["engine"], rec["taken"])
-    return adds, events, first
+                out.events[rid].setdefault(kind, ts)
+            if new_tokens:
+                ids.append(rid)
+                if rid not in out.first:
+                    out.first[rid] = (rec["engine"], rec["taken"])
+        out.batches.append((rec["engine"], ids))
+    out.batches.sort()
+    return out
 
 
-def legs(records: list[dict[str, Any]], trace: Path) -> tuple[dict[str, list[float]], int]:
-    adds, events, first = read_trace(trace)
+def legs(records: list[dict[str, Any]], trace: Trace) -> tuple[dict[str, list[float]], int]:
+    adds, events, first = trace.adds, trace.events, trace.first
     out: dict[str, list[float]] = defaultdict(list)
     missing = 0
     for rec in records:
@@ -137,20 +148,13 @@ def legs(records: list[dict[str, Any]], trace: Path) -> tuple[dict[str, list[flo
     return out, missing
 
 
-def step_times(trace: Path, records: list[dict[str, Any]]) -> list[tuple[float, int, int, float]]:
+def step_times(trace: Trace, records: list[dict[str, Any]]) -> list[tuple[float, int, int, float]]:
     """The engine's steps while these records' load ran: (ms, decoding requests, requests prefilling, requests in
     intake). A step runs from one batch of engine outputs to the next (gaps over MAX_STEP_MS are idle time, not
     steps); decoding: requests with a token in the batch after an earlier one; prefilling: requests scheduled and
     not past their first token before the step ends (chunked prompts take several steps); intake: requests between
     the client's send and the engine core's queue, each counted for the share of the step it overlaps."""
-    _, events, _ = read_trace(trace)
-    batches: list[tuple[float, list[str]]] = []
-    for line in trace.read_text().splitlines():
-        rec = json.loads(line)
-        if rec["kind"] == "outputs":
-            batches.append((rec["engine"], [rid.rsplit("-", 1)[0] for rid, new_tokens, _ in rec["requests"]
-                                            if new_tokens]))
-    batches.sort()
+    events, batches = trace.events, trace.batches
     first: dict[str, int] = {}
     for i, (_, ids) in enumerate(batches):
         for rid in ids:
@@ -214,8 +218,9 @@ async def main() -> int:
                 for budget, server in zip(BUDGETS, servers, strict=True):
                     seed += 1
                     records = await send_load(server.url, server.model, f"r{rep}s{seed}", seed, load)
-                    steps[(name, budget)] += step_times(traces[budget], records)
-                    got, missing = legs(records, traces[budget])
+                    trace = read_trace(traces[budget])
+                    steps[(name, budget)] += step_times(trace, records)
+                    got, missing = legs(records, trace)
                     if not got["ttft"]:
                         print(f"| {name} | {budget or 'default'} | no request traced ({missing} missing) |")
                         continue

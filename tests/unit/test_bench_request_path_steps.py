@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from bench_request_path import QUEUED, SCHEDULED, contention_rows, step_times
+from bench_request_path import QUEUED, SCHEDULED, contention_rows, read_trace, step_times
 
 
 def _batch(engine: float, tokens: dict[str, int], events: dict[str, list[tuple[int, float]]]) -> dict[str, object]:
@@ -35,7 +35,7 @@ def test_steps_split_by_mix_and_by_requests_in_intake(tmp_path: Path) -> None:
     ]
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     records = [{"id": "t-0", "send": 0.990}, {"id": "t-1", "send": 1.0085}]
-    steps = step_times(trace, records)
+    steps = step_times(read_trace(trace), records)
     assert [(d, p) for _, d, p, _ in steps] == [(1, 0), (1, 0), (1, 0), (1, 1), (2, 0)]
     assert [round(ms, 3) for ms, *_ in steps] == [4.0, 4.0, 6.0, 8.0, 4.0]
     assert [h for *_, h in steps] == pytest.approx([0.0, 0.0, 0.5, 0.0, 0.0])

@@ -18,7 +18,7 @@ from vllm_tune.tools.bench.capacity import CapacityResult, SearchVariable, searc
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.slo import GoodputSlo, check_search_slo
 from vllm_tune.tools.whatif import calibrate as cal_mod
-from vllm_tune.tools.whatif.calibrate import Calibration
+from vllm_tune.tools.whatif.calibrate import Calibration, Residual
 from vllm_tune.tools.whatif.results import load_from_request, summarize
 from vllm_tune.tools.whatif.simulate import EngineConfig, run
 
@@ -345,10 +345,12 @@ async def what_if(req: WhatIfInput) -> WhatIfOutput:
     if cal.max_abs_relative_error is not None and cal.max_abs_relative_error > 0.2:
         notes.append(f"the calibration reproduces its own runs only within {cal.max_abs_relative_error:.0%}; "
                      "treat small predicted differences as noise")
-    notes.extend(unsupported_notes(cal))
+    unsupported = unsupported_metrics(cal)
+    notes.extend(f"not enough data for {m}: the calibration puts it at {r.fitted:.3g} for run {r.run}, which "
+                 f"measured {r.measured:.3g}; its predictions of {m} are not supported (calibrate on other runs or "
+                 f"by probe)" for m, r in unsupported.items())
     # The table says "n/a" where the calibration cannot support a number (the simulated results keep them all).
-    hidden = unsupported_metrics(cal) | ({"output_throughput"} if "request_throughput" in unsupported_metrics(cal)
-                                         else set())
+    hidden = set(unsupported) | ({"output_throughput"} if "request_throughput" in unsupported else set())
     table = [{k: ("n/a" if k in hidden else v) for k, v in table_row(p).items()} for p in [baseline, *variants]]
     return WhatIfOutput(calibration=cal, baseline=baseline, variants=variants, table=table, calibration_path=path,
                         notes=notes)
@@ -357,22 +359,16 @@ async def what_if(req: WhatIfInput) -> WhatIfOutput:
 UNSUPPORTED_ERROR = 1.0  # off by more than a factor of two on its own run
 
 
-def unsupported_metrics(cal: Calibration) -> set[str]:
-    return {r.metric for r in cal.residuals if abs(r.relative_error) > UNSUPPORTED_ERROR}
-
-
-def unsupported_notes(cal: Calibration) -> list[str]:
-    """One note per metric the calibration misses on its own runs by more than UNSUPPORTED_ERROR: the simulation
-    cannot reproduce what it was fitted on there (a run whose tokens reached the client in bursts, say), so its
-    predictions of that metric are no estimate at all."""
-    worst: dict[str, Any] = {}
+def unsupported_metrics(cal: Calibration) -> dict[str, Residual]:
+    """The metrics the calibration misses on its own runs by more than UNSUPPORTED_ERROR, each with its worst
+    residual: the simulation cannot reproduce what it was fitted on there (a run whose tokens reached the client
+    in bursts, say), so its predictions of that metric are no estimate at all."""
+    worst: dict[str, Residual] = {}
     for r in cal.residuals:
-        if abs(r.relative_error) > UNSUPPORTED_ERROR and (r.metric not in worst or
-                                                          abs(r.relative_error) > abs(worst[r.metric].relative_error)):
+        if abs(r.relative_error) > UNSUPPORTED_ERROR and (
+                r.metric not in worst or abs(r.relative_error) > abs(worst[r.metric].relative_error)):
             worst[r.metric] = r
-    return [f"not enough data for {m}: the calibration puts it at {r.fitted:.3g} for run {r.run}, which measured "
-            f"{r.measured:.3g}; its predictions of {m} are not supported (calibrate on other runs or by probe)"
-            for m, r in worst.items()]
+    return worst
 
 
 def _name(changes: dict[str, str]) -> str:
