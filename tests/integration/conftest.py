@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.cpu_split import CoreSplit
 from support.prometheus import PrometheusServer, start_prometheus
 from support.tiny_models import TinyModels, ensure_tiny_models
 from support.vllm_env import ComponentMissingError, ensure_vllm_python
@@ -64,16 +65,19 @@ def prometheus(vllm_server: VllmServer) -> Iterator[PrometheusServer]:
 
 @pytest.fixture(scope="session")
 def vllm_server_factory(tiny_models: TinyModels, server_log_dir: Path) -> Iterator[VllmFactory]:
-    """`factory(args=[...], env={...}, model=path)` -> a server, cached per (model, args, env) for the session.
+    """`factory(args=[...], env={...}, model=path, split=CoreSplit)` -> a server, cached per (model, args, env,
+    split) for the session; with a split its engine runs on cores of its own (support/cpu_split.py).
 
     At most MAX_FACTORY_SERVERS stay alive; the least recently used one is stopped to make room."""
-    cache: OrderedDict[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], VllmServer] = OrderedDict()
+    cache: OrderedDict[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], CoreSplit | None], VllmServer] = \
+        OrderedDict()
 
     def factory(
-        args: list[str] | None = None, env: dict[str, str] | None = None, model: Path | None = None
+        args: list[str] | None = None, env: dict[str, str] | None = None, model: Path | None = None,
+        split: CoreSplit | None = None,
     ) -> VllmServer:
         path = model or tiny_models.llama
-        key = (str(path), tuple(args or []), tuple(sorted((env or {}).items())))
+        key = (str(path), tuple(args or []), tuple(sorted((env or {}).items())), split)
         server = cache.get(key)
         if server is not None and server.alive():
             cache.move_to_end(key)
@@ -84,7 +88,7 @@ def vllm_server_factory(tiny_models: TinyModels, server_log_dir: Path) -> Iterat
         while len(cache) >= MAX_FACTORY_SERVERS:
             _, oldest = cache.popitem(last=False)
             oldest.stop()
-        server = start_vllm(path, list(args or []), dict(env or {}), log_dir=server_log_dir)
+        server = start_vllm(path, list(args or []), dict(env or {}), log_dir=server_log_dir, split=split)
         cache[key] = server
         return server
 

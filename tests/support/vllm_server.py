@@ -18,6 +18,7 @@ import httpx
 
 from vllm_tune.tools.tune.launcher import WATCHDOG
 
+from .cpu_split import CoreSplit, pin_group
 from .vllm_env import VLLM_CLI, ensure_vllm_python
 
 BASE_ENV = {
@@ -95,10 +96,12 @@ def start_vllm(
     name: str | None = None,
     log_dir: Path | None = None,
     timeout_s: float = START_TIMEOUT_S,
+    split: CoreSplit | None = None,
 ) -> VllmServer:
     """Start `vllm serve model` on a free loopback port and wait for /health.
 
-    `name` becomes --served-model-name (default: the model path, as vLLM does)."""
+    `name` becomes --served-model-name (default: the model path, as vLLM does). With `split`, the engine core
+    process runs on split.engine and the rest of the server on split.frontend (support/cpu_split.py)."""
     python = ensure_vllm_python(install=False)
     port = free_port()
     extra = list(args or [])
@@ -119,6 +122,8 @@ def start_vllm(
     _live.add(server)
     try:
         wait_ready(proc, server.url + "/health", timeout_s, "vLLM", lambda: _tail(server.log_text()), poll_s=0.5)
+        if split is not None:
+            pin_group(proc.pid, split)  # the watchdog leads a session of its own: its pid is the group's
     except BaseException:
         server.stop()
         raise

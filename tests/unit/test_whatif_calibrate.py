@@ -204,3 +204,20 @@ def test_a_run_served_from_the_prefix_cache_is_named() -> None:
     notes = fit(runs, ENGINE, source="results").notes
     assert [n.split(":")[0] for n in notes if "prefix cache" in n] == ["run p2"]
     assert "75%" in notes[-1]
+
+
+def test_fit_recovers_the_api_servers_time_per_stream_from_merged_chunks() -> None:
+    # 0.8 ms a stream: the probe's 32 streams (steps ~19 ms) outrun the API server and arrive in chunks of ~1.4
+    # tokens, its 4 and 8 streams do not.
+    merging = TRUE.model_copy(update={"stream_per_seq_s": 0.0008})
+    runs = _synthetic_runs(merging)
+    crowded = next(o for o in runs if o.load.concurrency == 32)
+    assert crowded.result["mean_itl_ms"] > 1.25 * crowded.result["mean_tpot_ms"]
+    cal = fit(runs, ENGINE, source="results")
+    assert cal.step_model.stream_per_seq_s == pytest.approx(0.0008, rel=0.1)
+    for r in cal.residuals:
+        if r.metric == "median_itl_ms":
+            assert abs(r.relative_error) < 0.1, r
+    # Runs whose tokens came one a chunk fit none (or too little to merge anything at their sizes).
+    plain = fit(_synthetic_runs(TRUE), ENGINE, source="results")
+    assert plain.step_model.stream_per_seq_s * 32 < 0.010

@@ -215,3 +215,22 @@ def test_the_null_block_is_not_for_requests() -> None:
     assert max(p["kv_cache_usage"] for p in tr.timeline) <= 1.0
     with pytest.raises(BadInputError, match="2 usable"):
         run(cfg, STEP, Load(lens=[(40, 8)], offsets=[0.0]))  # 48 tokens: 3 blocks
+
+
+def test_streams_that_outrun_the_api_server_reach_clients_in_merged_chunks() -> None:
+    flat = StepModel(fixed_s=0.010, per_decode_seq_s=0.0, per_prefill_token_s=0.0)
+    cfg = EngineConfig(num_gpu_blocks=10_000)
+    load = Load(lens=[(16, 200)] * 8, concurrency=8)
+    tr = run(cfg, flat, load)
+    plain = summarize(tr, load, cfg, flat, percentiles=[50.0, 90.0])
+    # 8 streams x 2.5 ms = 20 ms a round against 10 ms steps: two tokens a chunk, each gap two steps long.
+    merged = summarize(tr, load, cfg, flat.model_copy(update={"stream_per_seq_s": 0.0025}), percentiles=[50.0])
+    assert plain["median_itl_ms"] == pytest.approx(10.0)
+    assert merged["median_itl_ms"] == pytest.approx(20.0)
+    assert merged["mean_itl_ms"] == pytest.approx(2 * plain["mean_itl_ms"], rel=0.02)
+    # The engine's time is untouched: TPOT, TTFT and throughput are the same.
+    for key in ("mean_tpot_ms", "median_ttft_ms", "request_throughput"):
+        assert merged[key] == plain[key]
+    # A round shorter than the step merges nothing.
+    quick = summarize(tr, load, cfg, flat.model_copy(update={"stream_per_seq_s": 0.001}), percentiles=[50.0])
+    assert quick["median_itl_ms"] == plain["median_itl_ms"]

@@ -351,8 +351,10 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
     assert best is not None
     cal = best[1]
     cal.notes.extend(_prefix_cache_notes(observed))
-    # The spread changes no engine step, so the winner's traces serve both the spread fit and the residuals.
+    # Chunking and spread change no engine step, so the winner's traces serve their fits and the residuals.
     traces = [run(obs.engine or engine, cal.step_model, obs.load) for obs in observed]
+    cal.step_model = cal.step_model.model_copy(
+        update={"stream_per_seq_s": fit_stream_per_seq(observed, engine, cal.step_model, traces)})
     cal.step_model = cal.step_model.model_copy(
         update={"itl_spread": fit_itl_spread(observed, engine, cal.step_model, traces)})
     cal.residuals = residuals(cal, observed, traces=traces)
@@ -380,6 +382,39 @@ def _prefix_cache_notes(observed: list[Observed]) -> list[str]:
 
 
 SPREAD_GRID = [i / 10 for i in range(0, 16)]  # log-normal sigma 0 .. 1.5, refined to 0.01 around the best
+# API-server time per stream and delivery round, 0 .. 1 ms (microseconds); refined between the best's neighbours.
+STREAM_GRID_US = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140, 150, 175, 200, 250, 300, 400, 500,
+                  700, 1000]
+
+
+def fit_stream_per_seq(observed: list[Observed], engine: EngineConfig, model: StepModel,
+                       traces: list[Trace]) -> float:
+    """The API server's time per stream and delivery round that best reproduces the runs' mean ITL.
+
+    A client counts one gap per chunk it receives, so a run whose streams outran the API server has a mean ITL
+    above its mean TPOT (tokens per chunk = mean ITL / TPOT; 1.2-1.4 at 32-48 streams on the suite's server with
+    the API server on a core of its own). The spread of gaps keeps their mean, so the mean ITL alone fits this:
+    least squares of the log errors over the runs that report one."""
+    targets = [(obs, tr, float(obs.result["mean_itl_ms"])) for obs, tr in zip(observed, traces, strict=True)
+               if float(obs.result.get("mean_itl_ms") or 0.0) > 0]
+    if not targets:
+        return 0.0
+
+    def error(us: float) -> float:
+        trial = model.model_copy(update={"stream_per_seq_s": us * 1e-6, "itl_spread": 0.0})
+        err = 0.0
+        for obs, tr, measured in targets:
+            sim = summarize(tr, obs.load, obs.engine or engine, trial, percentiles=[50.0])
+            if sim["mean_itl_ms"] <= 0:
+                return math.inf
+            err += math.log(sim["mean_itl_ms"] / measured) ** 2
+        return err
+
+    grid = STREAM_GRID_US
+    k = min(range(len(grid)), key=lambda j: error(grid[j]))
+    lo, hi = grid[max(0, k - 1)], grid[min(len(grid) - 1, k + 1)]
+    fine = [lo + (hi - lo) * j / 20 for j in range(21)]
+    return min(fine, key=error) * 1e-6
 
 
 def fit_itl_spread(observed: list[Observed], engine: EngineConfig, model: StepModel,

@@ -46,22 +46,23 @@ def load_from_request(req: RunBenchmarkInput, lengths: list[tuple[int, int]] | N
                 duration_s=req.duration_s, request_rate=request_rate, burstiness=req.burstiness)
 
 
-def _weighted_stats(values: list[float], weights: list[int], extra: list[float],
+def _weighted_stats(values: list[float], weights: list[float], extra: list[float],
                     percentiles: list[float]) -> dict[str, float]:
-    """describe() over the multiset where values[i] occurs weights[i] times, plus `extra` once each."""
-    pairs = sorted([(v * MS, w) for v, w in zip(values, weights, strict=True) if w] + [(v * MS, 1) for v in extra])
+    """describe() over the multiset where values[i] occurs weights[i] times, plus `extra` once each (a weight may be
+    fractional: gaps of merged chunks count as the share of a step's tokens they stand for)."""
+    pairs = sorted([(v * MS, w) for v, w in zip(values, weights, strict=True) if w] + [(v * MS, 1.0) for v in extra])
     total = sum(w for _, w in pairs)
     if not total:
         return {"mean": 0.0, "median": 0.0, "std": 0.0, **{percentile_label(p): 0.0 for p in percentiles}}
     mean = sum(v * w for v, w in pairs) / total
     std = math.sqrt(max(0.0, sum(w * (v - mean) ** 2 for v, w in pairs) / total))
-    cum: list[int] = []
-    run = 0
+    cum: list[float] = []
+    run = 0.0
     for _, w in pairs:
         run += w
         cum.append(run)
 
-    def at_rank(k: int) -> float:  # k-th smallest (0-based) of the expanded multiset
+    def at_rank(k: float) -> float:  # k-th smallest (0-based) of the expanded multiset
         lo, hi = 0, len(cum) - 1
         while lo < hi:
             mid = (lo + hi) // 2
@@ -96,29 +97,45 @@ def spread_factors(sigma: float) -> list[float]:
     return [f / mean for f in raw]
 
 
-def itl_stats(tr: Trace, hidden: int, percentiles: list[float], spread: float = 0.0) -> dict[str, float]:
-    """ITL of the step log, with `hidden` of the per-step gaps turned into the zero gaps of a burst, and each
-    gap spread by the calibrated log-normal factor (the client sees tokens unevenly; their mean gap is the
-    engine's)."""
+def chunk_gaps(tr: Trace, steady: list[int], per_stream_s: float) -> tuple[list[float], list[float]]:
+    """(gap, count) per step as the client counts them. When the API server's round over the streams a step fed
+    (streams x per_stream_s) outlasts the step, vLLM's per-request output collector merges what a stream has not
+    sent yet (vllm/v1/engine/output_processor.py:53-93 at v0.32.0): the stream's tokens arrive in chunks of
+    round / step tokens, one gap a chunk, each that many steps long. Time is kept: gaps x counts is unchanged."""
+    if per_stream_s <= 0:
+        return list(tr.step_durations), [float(w) for w in steady]
+    gaps: list[float] = []
+    counts: list[float] = []
+    for d, w, n in zip(tr.step_durations, steady, tr.step_tokens, strict=True):
+        m = max(1.0, n * per_stream_s / d) if d > 0 else 1.0
+        gaps.append(d * m)
+        counts.append(w / m)
+    return gaps, counts
+
+
+def itl_stats(tr: Trace, hidden: int, percentiles: list[float], spread: float = 0.0,
+              per_stream_s: float = 0.0) -> dict[str, float]:
+    """ITL of the step log, with `hidden` of the per-step gaps turned into the zero gaps of a burst, the gaps of a
+    step whose streams outran the API server merged into chunks (chunk_gaps), and each gap spread by the
+    calibrated log-normal factor (the client sees tokens unevenly; their mean gap is the engine's)."""
     steady = tr.steady_gaps
     total = sum(steady)
     if hidden and total:
         keep = max(0.0, 1.0 - hidden / total)
         steady = [round(w * keep) for w in steady]
+    durations, counts = chunk_gaps(tr, steady, per_stream_s)
     factors = spread_factors(spread)
-    if len(factors) > 1:  # merge steps of the same length (to the microsecond) before expanding each
-        merged: dict[float, int] = {}
-        for d, w in zip(tr.step_durations, steady, strict=True):
+    if len(factors) > 1:  # merge gaps of the same length (to the microsecond) before expanding each
+        merged: dict[float, float] = {}
+        for d, w in zip(durations, counts, strict=True):
             if w:
                 key = round(d, 6)
-                merged[key] = merged.get(key, 0) + w
-        durations, steady = list(merged), list(merged.values())
-    else:
-        durations = tr.step_durations
+                merged[key] = merged.get(key, 0.0) + w
+        durations, counts = list(merged), list(merged.values())
     values = [d * f for d in durations for f in factors]
-    weights = [w for w in steady for _ in factors]
+    weights = [w for w in counts for _ in factors]
     extra = [g * f for g in tr.odd_gaps for f in factors]
-    return _weighted_stats([*values, 0.0], [*weights, min(hidden, total) * len(factors)], extra, percentiles)
+    return _weighted_stats([*values, 0.0], [*weights, float(min(hidden, total) * len(factors))], extra, percentiles)
 
 
 def _peaks(tr: Trace, ok: list[int]) -> tuple[float, int]:
@@ -177,7 +194,7 @@ def summarize(tr: Trace, load: Load, cfg: EngineConfig, model: StepModel, *, per
         "max_output_tokens_per_s": peak_tokens, "max_concurrent_requests": peak_active,
     }
     series = {"ttft": describe(ttft, percentiles), "tpot": describe(tpot, percentiles),
-              "itl": itl_stats(tr, hidden, percentiles, model.itl_spread),
+              "itl": itl_stats(tr, hidden, percentiles, model.itl_spread, model.stream_per_seq_s),
               "e2el": describe(e2el, percentiles)}
     for name, stats in series.items():
         for stat, value in stats.items():

@@ -85,6 +85,11 @@ class StepModel(BaseModel):
     stream_start_s: float = Field(default=0.0, ge=0,
                                   description="from send until the response stream delivers anything: tokens "
                                               "the engine made before then reach the client together")
+    stream_per_seq_s: float = Field(
+        default=0.0, ge=0, le=0.01,
+        description="API-server time per stream and delivery round: when the streams a step gives a token to take "
+                    "longer than the step (streams x this > step), each stream's tokens reach its client merged into "
+                    "fewer chunks, and the client counts one gap a chunk")
     itl_spread: float = Field(default=0.0, ge=0, le=3,
                               description="log-normal sigma of delivered inter-token gaps around the engine's step "
                                           "time (mean kept): how unevenly tokens reach the client")
