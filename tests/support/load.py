@@ -34,6 +34,9 @@ class LoadState:
     prompt_tokens: int
     concurrency: int
     description: str
+    # Run the engine core process on cores of its own and the API server and client on the others
+    # (support/cpu_split.py): a state of the front end, which the engine must not slow.
+    split_cores: bool = False
 
 
 def _check_loopback(url: str) -> None:
@@ -157,7 +160,18 @@ long_prompts = LoadState(
     2,
     "prompts far longer than the step token budget: chunked prefill",
 )
-STATES: dict[str, LoadState] = {s.name: s for s in (idle, steady_light, overload, kv_thrash, long_prompts)}
+frontend_bound = LoadState(
+    "frontend_bound",
+    (),
+    256,
+    128,
+    192,
+    64,
+    "64 streams on an API server with one core: TTFT passes outside the engine's queue and prefill",
+    split_cores=True,
+)
+STATES: dict[str, LoadState] = {s.name: s for s in (idle, steady_light, overload, kv_thrash, long_prompts,
+                                                     frontend_bound)}
 
 
 def drive_state(url: str, model: str, state: LoadState, time_limit_s: float = 120.0) -> LoadResult:

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 
 from . import load
+from .cpu_split import on_frontend_cores, split_cores
 from .tiny_models import ensure_tiny_models
 from .vllm_server import DEFAULT_ARGS, start_vllm
 
@@ -35,7 +36,8 @@ def _metrics(url: str) -> str:
 
 
 def record(state: load.LoadState, model: Path) -> None:
-    with start_vllm(model, list(state.server_args), name="tiny-llama") as server:
+    split = split_cores() if state.split_cores else None
+    with on_frontend_cores(split), start_vllm(model, list(state.server_args), name="tiny-llama", split=split) as server:
         version = httpx.get(server.url + "/version", timeout=10).json().get("version", "?")
         before = _metrics(server.url)
         t0 = time.time()
@@ -52,6 +54,8 @@ def record(state: load.LoadState, model: Path) -> None:
         "load": {"requests": state.requests, "max_tokens": state.max_tokens, "prompt_tokens": state.prompt_tokens,
                  "concurrency": state.concurrency, "completed": result.completed, "failed": result.failed},
     }
+    if split is not None:
+        meta["cores"] = {"engine": sorted(split.engine), "api_server_and_client": sorted(split.frontend)}
     (OUT / f"{state.name}.json").write_text(json.dumps(meta, indent=2) + "\n")
     print(f"{state.name}: {window:.1f} s, {result.completed}/{state.requests} completed", flush=True)
 

@@ -293,3 +293,21 @@ def test_warmup_is_said_instead_of_a_latency_bottleneck() -> None:
     over = diagnose_texts(texts, log_text=(CAPTURES / "overload.log").read_text())
     assert over.warmup is not None and over.bottleneck == "triage.ttft-high-queue-growing"
 
+
+
+def test_a_busy_front_end_is_named_where_the_engine_neither_queues_nor_prefills_long() -> None:
+    # 64 streams on an API server with one core, the engine on the other (frontend_bound.json "cores"): most of
+    # TTFT passes before the scheduler queues a request, while its waiting gauge stays near zero.
+    out = diagnose_state("frontend_bound", SloTargets(ttft=100))
+    assert out.bottleneck == "triage.ttft-high-outside-engine", out.verdict
+    top = out.findings[0]
+    evidence = {e.signal: e.value for e in top.evidence}
+    assert evidence["outside_engine_share_of_ttft"] > 0.6  # 1 - (5.1 + 11.9) / 62.2 ms
+    assert evidence["queue_share_of_e2el"] < 0.02
+    assert out.signals["waiting_mean"].value < 1  # so the capacity rule does not hold
+    assert [a.target for a in top.actions][:2] == ["--api-server-count", "--stream-interval"]
+    # Met targets name nothing, and the other states' time is in the engine: their own rules, or none, hold.
+    assert diagnose_state("frontend_bound").bottleneck is None
+    for state, slo in (("overload", None), ("long_prompts", SloTargets(ttft=100)), ("kv_thrash", SloTargets(ttft=100))):
+        named = [f.id for f in diagnose_state(state, slo).findings]
+        assert "triage.ttft-high-outside-engine" not in named, (state, named)

@@ -257,9 +257,11 @@ def _select_model(window: Window, model: str | None, caveats: list[str]) -> Wind
 
 
 def _latency_only(finding: Finding) -> bool:
-    """A finding whose problem evidence is only latency: what warm-up inflates (queues and preemptions are not)."""
+    """A finding whose problem evidence is only latency: what warm-up inflates (queues and preemptions are not; the
+    API server's first requests pay its own start-up, so the time outside the engine is latency too)."""
     problems = [ev for ev in finding.evidence if ev.holds and indicates_problem(ev.signal, ev.op)]
-    return all(ev.signal.endswith("_over_target") or ev.signal in ("itl_p99_over_p50", "decode_share_of_e2el")
+    return all(ev.signal.endswith("_over_target") or ev.signal in ("itl_p99_over_p50", "decode_share_of_e2el",
+                                                                    "outside_engine_share_of_ttft")
                for ev in problems)
 
 

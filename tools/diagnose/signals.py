@@ -45,6 +45,9 @@ SIGNAL_DOCS: dict[str, str] = {
     "itl_p99_over_p50": "tail-to-median ratio of inter-token latency",
     "queue_time_share_of_ttft": "1 - mean prefill time (finished requests) / mean TTFT (first tokens): how much "
                                 "of TTFT is waiting for admission",
+    "outside_engine_share_of_ttft": "1 - (mean queue time + mean prefill time of finished requests) / mean TTFT "
+                                    "(first tokens): how much of TTFT passed before the scheduler queued the request "
+                                    "or after its first token left the engine",
     "waiting_mean": "time-averaged requests waiting (all engines)",
     "running_mean": "time-averaged requests running (all engines)",
     "queue_growth_per_s": "slope of the waiting count over the window",
@@ -81,6 +84,7 @@ SIGNAL_DOCS: dict[str, str] = {
 PROBLEM_WHEN: dict[str, str] = {
     "ttft_over_target": "high", "itl_over_target": "high", "tpot_over_target": "high", "e2el_over_target": "high",
     "decode_over_target": "high", "itl_p99_over_p50": "high", "queue_time_share_of_ttft": "high",
+    "outside_engine_share_of_ttft": "high",
     "queue_share_of_e2el": "high",
     "waiting_mean": "high", "queue_growth_per_s": "high", "running_max_over_capture": "high",
     "preemptions_per_s": "high", "preemptions_per_request": "high", "kv_usage_max": "high", "kv_usage_mean": "high",
@@ -198,6 +202,14 @@ def _latency_signals(s: SignalSet, x: Inputs) -> None:
         s.put("queue_time_share_of_ttft", max(0.0, 1.0 - mean_prefill / mean_ttft),
               f"1 - mean prefill time of finished requests ({mean_prefill * 1e3:.1f} ms) / mean TTFT of the "
               f"first tokens in the window ({mean_ttft * 1e3:.1f} ms)")
+        if queue is not None and queue.count >= MIN_LATENCY_OBSERVATIONS:
+            # The engine times a request from the scheduler's queue to its first token; the rest of TTFT is the
+            # API server taking it in, the hop to the engine core (which adds new requests between steps) and the
+            # first token's way back. Same populations as above: queue time stands for the finished requests.
+            mean_queue = queue.sum / queue.count
+            s.put("outside_engine_share_of_ttft", max(0.0, 1.0 - (mean_queue + mean_prefill) / mean_ttft),
+                  f"1 - (mean queue {mean_queue * 1e3:.1f} ms + mean prefill {mean_prefill * 1e3:.1f} ms of finished "
+                  f"requests) / mean TTFT of the first tokens in the window ({mean_ttft * 1e3:.1f} ms)")
     elif ttft is not None and queue is not None and ttft.count >= MIN_LATENCY_OBSERVATIONS and \
             queue.count >= MIN_LATENCY_OBSERVATIONS and ttft.sum > 0:
         # No prefill histogram: a ratio across the two populations, taken only when each is large enough.
