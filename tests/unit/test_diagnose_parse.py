@@ -139,6 +139,9 @@ def test_multiprocess_pid_labels_are_folded() -> None:
     ("hello world this is not metrics", "not valid Prometheus text format"),
     ("# TYPE foo counter\nfoo_total 1\n", "no vllm:* series"),
     ("", "no vllm:* series"),
+    # Found by the fuzz test: integers too large for a float, as a value and as a timestamp.
+    ("vllm:num_requests_running " + "9" * 400 + "\n", "not valid Prometheus text format"),
+    ("vllm:num_requests_running 1 " + "9" * 400 + "\n", "not valid Prometheus text format"),
 ])
 def test_garbage_input_is_one_clear_error(text: str, fragment: str) -> None:
     with pytest.raises(BadInputError) as err:

@@ -40,7 +40,8 @@ def iter_exposition(text: str, source: str) -> Iterator[RawSample]:
                 ts = sample.timestamp
                 yield RawSample(sample.name, sample.labels, float(sample.value),
                                 float(ts) if ts is not None else None)
-    except (ValueError, TypeError, IndexError, KeyError) as exc:
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:
+        # OverflowError: an integer value or timestamp too large for a float (hundreds of digits).
         raise BadInputError(f"{source}: not valid Prometheus text format: {_short(str(exc))}") from None
 
 
