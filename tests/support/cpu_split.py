@@ -37,7 +37,8 @@ def split_cores() -> CoreSplit | None:
     return CoreSplit(frozenset(cpus[:half]), frozenset(cpus[half:]))
 
 
-def _group_pids(pgid: int) -> list[int]:
+def group_pids(pgid: int) -> list[int]:
+    """The live processes of a process group, from /proc."""
     out: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -54,7 +55,7 @@ def pin_group(pgid: int, split: CoreSplit) -> dict[int, str]:
     """Pin every thread of every process in the group: the engine core's to split.engine, the others' to
     split.frontend. Threads started later inherit their creator's CPUs. Returns pid -> where it went."""
     placed: dict[int, str] = {}
-    for pid in _group_pids(pgid):
+    for pid in group_pids(pgid):
         try:
             comm = Path(f"/proc/{pid}/comm").read_text().strip()
             tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]

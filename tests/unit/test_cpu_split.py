@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cpu_split import CoreSplit, on_frontend_cores, pin_group, split_cores
+from support.cpu_split import CoreSplit, group_pids, on_frontend_cores, pin_group, split_cores
 
 # A parent that names one child as vLLM names its engine core process and keeps another plain one, all in one group.
 GROUP = """
@@ -21,10 +21,6 @@ code = ("import sys, time\\n"
 kids = [subprocess.Popen([sys.executable, '-c', code, name], stdout=sys.stdout) for name in ('engine', 'other')]
 time.sleep(60)
 """
-
-
-def _allowed(pid: int) -> set[int]:
-    return os.sched_getaffinity(pid)
 
 
 @pytest.fixture
@@ -40,18 +36,6 @@ def group() -> Iterator[subprocess.Popen[bytes]]:
         proc.wait()
 
 
-def _members(pgid: int) -> dict[int, str]:
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.getpgid(int(entry.name)) == pgid:
-                    out[int(entry.name)] = Path(f"/proc/{entry.name}/comm").read_text().strip()
-            except (ProcessLookupError, FileNotFoundError):
-                continue
-    return out
-
-
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a split needs two CPUs")
 def test_engine_core_process_and_the_rest_land_on_their_own_cores(group: subprocess.Popen[bytes]) -> None:
     split = split_cores()
@@ -59,12 +43,12 @@ def test_engine_core_process_and_the_rest_land_on_their_own_cores(group: subproc
     assert split.engine and split.frontend and not split.engine & split.frontend
     assert split.engine | split.frontend == os.sched_getaffinity(0)
     placed = pin_group(group.pid, split)
-    members = _members(group.pid)
+    members = {pid: Path(f"/proc/{pid}/comm").read_text().strip() for pid in group_pids(group.pid)}
     assert len(members) == 3 and sorted(placed.values()) == ["engine", "frontend", "frontend"]
     for pid, comm in members.items():
         want = split.engine if comm.startswith("VLLM::EngineCor") else split.frontend
         for tid in os.listdir(f"/proc/{pid}/task"):
-            assert _allowed(int(tid)) == want, (pid, comm)
+            assert os.sched_getaffinity(int(tid)) == want, (pid, comm)
 
 
 def test_a_group_without_an_engine_core_is_refused() -> None:
