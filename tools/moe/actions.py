@@ -8,11 +8,11 @@ import threading
 from pathlib import Path
 
 from vllm_tune.tools.errors import BadInputError
-from vllm_tune.tools.moe.api import AbMetricOut, MoeInput, TuneReport, VerifyReport, local_gpu_names
+from vllm_tune.tools.moe.api import MoeInput, TuneReport, VerifyReport, local_gpu_names
 from vllm_tune.tools.moe.naming import normalize_device_name
 from vllm_tune.tools.moe.shape import ResolvedShape
 from vllm_tune.tools.moe.tuner import ProgressFn, tune
-from vllm_tune.tools.moe.verify import compare_ab, lookup_like_vllm, lookup_with_real_vllm
+from vllm_tune.tools.moe.verify import AbMetric, compare_ab, lookup_like_vllm, lookup_with_real_vllm
 from vllm_tune.tools.moe.writer import write_config
 from vllm_tune.tools.surface import say
 
@@ -102,11 +102,11 @@ def verify_action(req: MoeInput, shape: ResolvedShape, folder: str | None, packa
         "pass the result files as baseline_results / tuned_results",
         "accept the config only if throughput or TPOT moves by more than the reported noise",
     ]
-    ab: list[AbMetricOut] = []
+    ab: list[AbMetric] = []
     if req.baseline_results or req.tuned_results:
         if not (req.baseline_results and req.tuned_results):
             raise BadInputError("give both baseline_results and tuned_results for the A/B comparison")
-        ab = [AbMetricOut(**vars(m)) for m in compare_ab(req.baseline_results, req.tuned_results)]
+        ab = compare_ab(req.baseline_results, req.tuned_results)
     return VerifyReport(file=look.found_at, loaded_by_lookup=look.configs is not None,
                         batch_sizes=sorted(look.configs) if look.configs else [], problems=problems, real_vllm=real,
                         ab_plan=plan, ab_result=ab)

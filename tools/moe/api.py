@@ -19,6 +19,7 @@ from vllm_tune.tools.moe.naming import down_file_supported
 from vllm_tune.tools.moe.search_space import DEFAULT_BATCH_SIZES, candidates
 from vllm_tune.tools.moe.shape import ResolvedShape, resolve_shape
 from vllm_tune.tools.moe.tuner import ProgressFn
+from vllm_tune.tools.moe.verify import AbMetric
 
 Mode = Literal["check", "plan", "tune", "verify"]
 _MAX_LOG_BYTES = 64 * 1024 * 1024
@@ -108,16 +109,6 @@ class TuneReport(BaseModel):
     errors: list[str] = Field(default_factory=list)
 
 
-class AbMetricOut(BaseModel):
-    metric: str
-    unit: str
-    baseline: float
-    tuned: float
-    change_pct: float
-    noise_pct: float | None
-    verdict: str
-
-
 class VerifyReport(BaseModel):
     file: str | None
     loaded_by_lookup: bool
@@ -125,7 +116,7 @@ class VerifyReport(BaseModel):
     problems: list[str] = Field(default_factory=list)
     real_vllm: dict[str, object] | None = Field(default=None, description="vLLM's own lookup, when vllm_python given")
     ab_plan: list[str]
-    ab_result: list[AbMetricOut] = Field(default_factory=list)
+    ab_result: list[AbMetric] = Field(default_factory=list)
 
 
 class MoeOutput(BaseModel):

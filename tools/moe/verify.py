@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.files import read_bytes
 from vllm_tune.tools.moe.logs import read_moe_log
@@ -141,8 +143,9 @@ def lookup_with_real_vllm(python: str, key: ConfigKey, *, gpu_full_name: str, tu
 _AB_METRICS = (("output_throughput", "tok/s", True), ("mean_tpot_ms", "ms", False), ("mean_ttft_ms", "ms", False))
 
 
-@dataclass
-class AbMetric:
+class AbMetric(BaseModel):
+    """One metric of an A/B comparison of saved benchmark results (baseline vs tuned MoE configs)."""
+
     metric: str
     unit: str
     baseline: float
@@ -191,8 +194,9 @@ def compare_ab(baseline: list[str], tuned: list[str]) -> list[AbMetric]:
             verdict = "within noise"
         else:
             verdict = "better" if better else "worse"
-        out.append(AbMetric(metric, unit, round(b, 3), round(t, 3), round(change, 2),
-                            None if noise is None else round(noise, 2), verdict))
+        out.append(AbMetric(metric=metric, unit=unit, baseline=round(b, 3), tuned=round(t, 3),
+                            change_pct=round(change, 2), noise_pct=None if noise is None else round(noise, 2),
+                            verdict=verdict))
     return out
 
 

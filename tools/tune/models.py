@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from vllm_tune.tools.slo import GoodputSlo
+from vllm_tune.tools.whatif.simulate import EstimateKind
 
 Goal = Literal["latency", "throughput"]
 TrialStatus = Literal["proposed", "measured", "failed", "rejected"]
@@ -88,8 +89,9 @@ class TrialPrediction(BaseModel):
     uncertainty: float | None = Field(description="the calibration's largest residual on its own runs (relative); "
                                                   "None: no residuals")
     calibration_runs: list[str] = Field(default_factory=list, description="the session's runs it was calibrated on")
-    kind: str = Field(default="estimate", description="'estimate', or 'best case' / 'worst case' / 'no bound' when "
-                                                      "the session's runs could not tell a cost the change needs")
+    kind: EstimateKind = Field(default="estimate",
+                               description="'estimate', or 'best case' / 'worst case' / 'no bound' when the "
+                                           "session's runs could not tell a cost the change needs")
     measured: float | None = None
     error: float | None = Field(default=None, description="(predicted - measured) / measured, once measured")
 

@@ -20,7 +20,7 @@ from vllm_tune.tools.slo import GoodputSlo, check_search_slo
 from vllm_tune.tools.whatif import calibrate as cal_mod
 from vllm_tune.tools.whatif.calibrate import Calibration, Residual
 from vllm_tune.tools.whatif.results import load_from_request, summarize
-from vllm_tune.tools.whatif.simulate import EngineConfig, run
+from vllm_tune.tools.whatif.simulate import EngineConfig, EstimateKind, run
 
 ENGINE_KEYS = {"max_num_seqs": int, "max_num_batched_tokens": int, "num_gpu_blocks": int, "block_size": int,
                "long_prefill_token_threshold": int, "watermark": float, "max_model_len": int,
@@ -92,7 +92,7 @@ class Prediction(BaseModel):
     load: dict[str, Any] = Field(description="the load simulated")
     result: BenchResult = Field(description="simulated run in run_benchmark's result shape (simulated=true)")
     capacity: CapacityResult | None = None
-    kind: Literal["estimate", "best case", "worst case", "no bound"] = Field(
+    kind: EstimateKind = Field(
         default="estimate", description="'best case': throughput at most, latencies at least what is predicted "
                                         "(the calibration cannot estimate this batch size or prompt length; see "
                                         "warnings); 'worst case' the reverse; 'no bound': neither")
@@ -176,7 +176,7 @@ def bounded_by(cal: Calibration, load_req: RunBenchmarkInput, mean_batch: float 
     return out
 
 
-def estimate_kind(bounds: list[tuple[str, bool]]) -> str:
+def estimate_kind(bounds: list[tuple[str, bool]]) -> EstimateKind:
     """'estimate', 'best case' (throughput at most, latencies at least), 'worst case', or 'no bound' (the sizes
     pull opposite ways)."""
     sides = {larger for _, larger in bounds}
@@ -188,12 +188,12 @@ def estimate_kind(bounds: list[tuple[str, bool]]) -> str:
 
 
 def range_warnings(cal: Calibration, engine: EngineConfig, load_req: RunBenchmarkInput,
-                   mean_batch: float | None = None) -> list[str]:
-    """Say when a prediction is only a bound (see bounded_by) or leaves the batch sizes and prompt lengths the
-    calibration saw."""
+                   mean_batch: float | None = None, bounded: list[tuple[str, bool]] | None = None) -> list[str]:
+    """Say when a prediction is only a bound (see bounded_by; `bounded`: its answer, when the caller has it) or
+    leaves the batch sizes and prompt lengths the calibration saw."""
     seen = cal.conditions.get("seen") or {}
     out: list[str] = []
-    bounds = dict(bounded_by(cal, load_req, mean_batch))
+    bounds = dict(bounded if bounded is not None else bounded_by(cal, load_req, mean_batch))
     if "batch" in bounds:
         more = bounds["batch"]
         out.append(f"not enough data for an estimate: every calibration run kept {seen['single_batch']} requests "
@@ -236,8 +236,9 @@ def _predict(name: str, changes: dict[str, str], cal: Calibration, base_engine: 
     result = summarize(trace, load, engine, cal.step_model, percentiles=req.percentiles, slo_ms=req.slo or None,
                        label=name)
     mean_batch = sum(trace.step_tokens) / len(trace.step_tokens) if trace.step_tokens else None
-    warnings = range_warnings(cal, engine, load_req, mean_batch)
-    kind = estimate_kind(bounded_by(cal, load_req, mean_batch))
+    bounds = bounded_by(cal, load_req, mean_batch)
+    warnings = range_warnings(cal, engine, load_req, mean_batch, bounds)
+    kind = estimate_kind(bounds)
     if result["failed"]:
         warnings.append(f"{result['failed']} requests were never sent or never finished in the simulation")
     load_view = {k: v for k, v in load_req.model_dump().items()
@@ -250,11 +251,13 @@ def _predict(name: str, changes: dict[str, str], cal: Calibration, base_engine: 
 async def simulate_capacity(engine: EngineConfig, cal: Calibration, base_req: RunBenchmarkInput, *,
                             slo: dict[str, float], pct: float, variable: SearchVariable, upper: float | None = None,
                             probe_concurrency: int | None = None, repeats: int = 1, num_prompts: int | None = None,
-                            seed_per_step: bool = False) -> CapacityResult:
+                            seed_per_step: bool = False, mean_batches: dict[float, float] | None = None
+                            ) -> CapacityResult:
     """run_benchmark's capacity search with every step simulated instead of sent.
 
     With seed_per_step each step draws its own arrivals (seed + step), as the measured search does, so
-    that repeats at the boundary differ the way repeated runs would."""
+    that repeats at the boundary differ the way repeated runs would. `mean_batches`, when given, gets each
+    value's mean requests per engine step (its last simulation's), which range_warnings needs."""
     steps = 0
 
     async def measure(var: SearchVariable, value: float, phase: str) -> dict[str, Any]:
@@ -267,8 +270,10 @@ async def simulate_capacity(engine: EngineConfig, cal: Calibration, base_req: Ru
                                                      "num_prompts": n,
                                                      "seed": base_req.seed + (steps if seed_per_step else 0)})
         load = load_from_request(load_req)
-        return summarize(run(engine, cal.step_model, load), load, engine, cal.step_model,
-                         percentiles=[50.0, pct], slo_ms=slo)
+        trace = run(engine, cal.step_model, load)
+        if mean_batches is not None and trace.step_tokens:
+            mean_batches[value] = sum(trace.step_tokens) / len(trace.step_tokens)
+        return summarize(trace, load, engine, cal.step_model, percentiles=[50.0, pct], slo_ms=slo)
 
     probe = probe_concurrency or max(1, min(engine.max_num_seqs, 1024))
     out = await search_capacity(measure, variable=variable, slo_ms=slo, pct=pct, upper=upper,
@@ -383,7 +388,7 @@ def predict_values(calibration: Calibration, changes: dict[str, str], *, load: d
 
 
 def predict_with_kind(calibration: Calibration, changes: dict[str, str], *, load: dict[str, Any],
-                      metric: str = "output_throughput") -> tuple[float, float, str]:
+                      metric: str = "output_throughput") -> tuple[float, float, EstimateKind]:
     """predict_values and the changed prediction's kind (Prediction.kind: an estimate or only a bound)."""
     req = WhatIfInput(calibration="-", **{k: v for k, v in load.items() if k in WhatIfInput.model_fields})
     base_req = _base_request(req, None)

@@ -159,11 +159,12 @@ async def simulated_search(req: RunBenchmarkInput, *, report: ProgressCallback |
         bound, text = uncertainty(cal, req.slo)
         writer.update(force=True, phase="simulated capacity search")
         base = _search_request(req)
+        batches: dict[float, float] = {}
         cap = await simulate_capacity(engine, cal, base, slo=req.slo, pct=req.slo_percentile,
                                       variable=req.search_variable, upper=req.search_max,
                                       probe_concurrency=req.concurrency or min(64, MAX_CONCURRENCY),
                                       repeats=req.search_repeats, num_prompts=req.search_prompts,
-                                      seed_per_step=True)
+                                      seed_per_step=True, mean_batches=batches)
         sim = SimulatedSearch(calibration_source=spec.calibration or cal.source,
                               calibration_runs=(cal.conditions.get("seen") or {}).get("runs"),
                               max_abs_relative_error=cal.max_abs_relative_error, uncertainty_bound=bound,
@@ -172,9 +173,7 @@ async def simulated_search(req: RunBenchmarkInput, *, report: ProgressCallback |
         if cap.capacity is not None:
             at: dict[str, Any] = {"rate": cap.capacity, "concurrency": None} if cap.variable == "rate" else \
                 {"concurrency": int(cap.capacity)}
-            at_req = base.model_copy(update=at)
-            steps = run(engine, cal.step_model, load_from_request(at_req)).step_tokens
-            sim.warnings += range_warnings(cal, engine, at_req, sum(steps) / len(steps) if steps else None)
+            sim.warnings += range_warnings(cal, engine, base.model_copy(update=at), batches.get(cap.capacity))
         sim.notes.append("simulated: no search load was sent; the scheduler model and what it leaves out are in "
                          "kb://entries/whatif.simplifications")
         if spec.verify:

@@ -24,6 +24,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,6 +36,10 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 DEFAULT_MAX_NUM_SEQS = 128
 MAX_SIM_REQUESTS = 200_000
 MAX_SIM_STEPS = 20_000_000
+
+# How far a simulated number can be read: an estimate, or only a bound when the calibration runs could not tell
+# apart a cost the prediction needs (what_if's bounded_by).
+EstimateKind = Literal["estimate", "best case", "worst case", "no bound"]
 
 
 class EngineConfig(BaseModel):
