@@ -23,12 +23,18 @@ engine's forward pass would use.
 It is the measurement behind what_if's hand-off (knowledge/entries/whatif.yaml, whatif.simplifications). Run it
 under the shared lock on an otherwise idle box:
 
-    flock /tmp/vllm-tune-integration.lock .venv/bin/python bench/bench_request_path.py
+    flock /tmp/vllm-tune-integration.lock .venv/bin/python bench/bench_request_path.py [--intake]
+
+--intake measures the API server's intake queue instead, as what_if's accuracy protocol runs its concurrency-48
+case: the engine core on a core of its own (tests/support/cpu_split.py), closed loops of 48 requests of 192 in /
+96 out sent with run_benchmark's own streaming transport (each tagged), and prints how far apart the requests of
+a wave reach add_request, beside the legs above (what_if's StepModel.intake_gap_s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import random
@@ -44,11 +50,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import httpx
+from support.cpu_split import on_frontend_cores, split_cores
 from support.tiny_models import ensure_tiny_models
 from support.vllm_server import start_vllm
 
 from vllm_tune.tools.bench.client import build_body
+from vllm_tune.tools.bench.records import RequestRecord
+from vllm_tune.tools.bench.transport import StreamingPool
 from vllm_tune.tools.bench.workloads import ServerTokenizer, build_random
+from vllm_tune.tools.net.http import SecretRedactor
 
 TRACE_DIR = Path(__file__).resolve().parent / "request_trace"
 INPUT_LEN, OUTPUT_LEN, REQUESTS, SKIP = 700, 48, 96, 8  # SKIP: the first requests (a closed loop's first wave)
@@ -239,5 +249,79 @@ async def main() -> int:
     return 0
 
 
+INTAKE_LOAD = (48, 144, 192, 96)  # concurrency, requests, input and output tokens: what_if's concurrency-48 case
+QUEUED_GAP_MS = 5.0  # consecutive add_request entries closer than this were waiting for each other
+
+
+async def send_tagged(url: str, model: str, tag: str, seed: int) -> list[dict[str, Any]]:
+    """A closed loop with run_benchmark's streaming transport (its client cost is the one what_if calibrates with),
+    each request tagged `tag-i` with X-Request-Id; per request its send and first-token times."""
+    concurrency, n, input_len, output_len = INTAKE_LOAD
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        items, _ = await build_random(ServerTokenizer(client, model, chat=False), n=n, input_lens=[input_len] * n,
+                                      output_lens=[output_len] * n, seed=seed)
+    pool = StreamingPool(url, max_connections=concurrency, timeout_s=120.0, api_key=None, redact=SecretRedactor(None))
+    records: list[dict[str, Any]] = []
+    pending = iter(range(n))
+
+    async def seat() -> None:
+        for i in pending:
+            wire = pool.request_bytes("/v1/completions", build_body("completions", model, items[i].prompt,
+                                                                    output_len, ignore_eos=True))
+            head, rest = wire.split(b"\r\n", 1)
+            rec = RequestRecord(index=i, intended_send=time.perf_counter())
+            await pool.send(head + f"\r\nX-Request-Id: {tag}-{i}".encode() + b"\r\n" + rest, rec, chat=False)
+            records.append({"id": f"{tag}-{i}", "i": i, "send": rec.start_time,
+                            "first": rec.start_time + rec.ttft if rec.success else None})
+
+    try:
+        await asyncio.gather(*(seat() for _ in range(concurrency)))
+    finally:
+        pool.close()
+    return records
+
+
+def intake_gaps(records: list[dict[str, Any]], trace: Trace) -> tuple[list[float], list[float]]:
+    """(ms from the first send of the first wave to each of its requests' add_request, ms between consecutive
+    add_request entries of requests that waited for each other after the first wave)."""
+    concurrency = INTAKE_LOAD[0]
+    entered = {rec["i"]: trace.adds[rid][0] for rec in records if (rid := f"cmpl-{rec['id']}-0") in trace.adds}
+    first_wave = sorted(t for i, t in entered.items() if i < concurrency)
+    start = min(rec["send"] for rec in records)
+    later = sorted(t for i, t in entered.items() if i >= concurrency)
+    gaps = [(b - a) * 1e3 for a, b in itertools.pairwise(later) if (b - a) * 1e3 < QUEUED_GAP_MS]
+    return [(t - start) * 1e3 for t in first_wave], gaps
+
+
+async def main_intake() -> int:
+    model = ensure_tiny_models(build=False).llama
+    work = Path(tempfile.mkdtemp(prefix="vllm-tune-request-path-"))
+    trace_path = work / "trace-intake.jsonl"
+    split = split_cores()
+    server = start_vllm(model, [], env={"PYTHONPATH": str(TRACE_DIR), "VLLM_TUNE_REQUEST_TRACE": str(trace_path)},
+                        split=split)
+    concurrency, n, input_len, output_len = INTAKE_LOAD
+    print(f"closed loop of {concurrency}, {n} requests of {input_len} in / {output_len} out, engine core "
+          f"{'on cores of its own' if split else 'sharing the cores (one CPU)'}; ms\n")
+    print("| run | TTFT p50 | first wave: first / last add_request after its sends | later: add_request gap p25 / "
+          "p50 / p75 (n) | " + " | ".join(LEGS) + " |")
+    print("|---|---:|---:|---:|" + "---:|" * len(LEGS))
+    try:
+        with on_frontend_cores(split):
+            await send_tagged(server.url, server.model, "warm", 1)  # first requests after start-up are slower
+            for rep in range(2):
+                records = await send_tagged(server.url, server.model, f"i{rep}", 500 + rep)
+                trace = read_trace(trace_path)
+                wave, gaps = intake_gaps(records, trace)
+                got, _missing = legs(records, trace)
+                q = statistics.quantiles(gaps, n=4) if len(gaps) > 1 else [math.nan] * 3
+                cells = " | ".join(f"{statistics.fmean(got[leg]):.1f}" for leg in LEGS)
+                print(f"| {rep + 1} | {statistics.median(got['ttft']):.1f} | {wave[0]:.1f} / {wave[-1]:.1f} | "
+                      f"{q[0]:.2f} / {q[1]:.2f} / {q[2]:.2f} ({len(gaps)}) | {cells} |", flush=True)
+    finally:
+        server.stop()
+    return 0
+
+
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(main()))
+    raise SystemExit(asyncio.run(main_intake() if "--intake" in sys.argv[1:] else main()))

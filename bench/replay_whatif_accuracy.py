@@ -6,8 +6,8 @@ Each case's probe, run A twice and run B twice are found by their seeds (bench_w
 index, the integration test 200 + case index) and fitted and predicted with the code as it is now, so a change to
 the step model or the fit can be held against the same measurements before any server runs. Sends nothing.
 Prints the calibration of each case, the predicted-vs-measured table and the misses, as the bench does.
-tests/data/whatif/ holds five such runs (results trimmed of per-request lists and diagnoses): three with the engine
-sharing both cores with the API server and the client, two with it on a core of its own (pinned-*).
+tests/data/whatif/ holds six such runs (results trimmed of per-request lists and diagnoses): three with the engine
+sharing both cores with the API server and the client, three with it on a core of its own (pinned-*).
 """
 
 from __future__ import annotations

@@ -190,6 +190,39 @@ def test_an_arrival_after_the_streaming_of_a_step_waits_no_in_flight_share() -> 
     assert min(closed.others_at_send[1:]) >= 1 and set(closed.late_at_send) == {0.0}
 
 
+def test_a_burst_of_sends_reaches_the_engine_one_intake_gap_apart() -> None:
+    # 10 ms steps, a 1 ms hand-off and a 3 ms intake gap: four requests sent together reach the scheduler at 1, 4,
+    # 7 and 10 ms. The first prefills alone (1-11 ms); the other three wait for that step's end and share the next.
+    gapped = StepModel(fixed_s=0.010, per_decode_seq_s=0.0, per_prefill_token_s=0.0, request_overhead_s=0.001,
+                       intake_gap_s=0.003)
+    cfg = EngineConfig(num_gpu_blocks=10_000)
+    load = Load(lens=[(16, 2)] * 4, concurrency=4)
+    tr = run(cfg, gapped, load, keep_windows=True)
+    assert [round((f - s) * 1e3, 6) for s, f in zip(tr.send, tr.first, strict=True)] == [11.0, 21.0, 21.0, 21.0]
+    # Each waited the gaps of those before it, beyond its own hand-off: the calibration's row constants.
+    assert tr.hand_off_extra == pytest.approx([0.0, 0.003, 0.006, 0.009])
+    together = run(cfg, gapped.model_copy(update={"intake_gap_s": 0.0}), load)
+    assert [round((f - s) * 1e3, 6) for s, f in zip(together.send, together.first, strict=True)] == [11.0] * 4
+    # Arrivals further apart than the gap never queue.
+    spaced = run(cfg, gapped, Load(lens=[(16, 2)] * 3, offsets=[0.0, 0.05, 0.1]), keep_windows=True)
+    assert spaced.hand_off_extra == [0.0, 0.0, 0.0]
+
+
+def test_a_request_behind_another_in_the_intake_queue_takes_that_requests_share() -> None:
+    # With the in-flight share, the request that starts an intake queue sets the hand-off of those behind it:
+    # their rows in the calibration carry its count of requests in flight, and their extra wait is the gaps.
+    model = StepModel(fixed_s=0.010, per_decode_seq_s=0.0, per_prefill_token_s=0.0, request_overhead_s=0.001,
+                      overhead_per_request_in_flight_s=0.002, intake_gap_s=0.003)
+    tr = run(EngineConfig(num_gpu_blocks=10_000), model, Load(lens=[(16, 2)] * 3, concurrency=3),
+             keep_windows=True)
+    # Own hand-offs 1, 3 and 5 ms (0, 1, 2 others in flight) against the queue's 1, 4 and 7 ms.
+    assert tr.others_at_send == [0, 0, 0]
+    assert tr.hand_off_extra == pytest.approx([0.0, 0.003, 0.006])
+    for r in range(3):
+        ready = tr.send[r] + model.hand_off_s(tr.others_at_send[r]) + tr.hand_off_extra[r]
+        assert ready == pytest.approx([0.001, 0.004, 0.007][r])
+
+
 def test_itl_spread_keeps_the_mean_gap_and_widens_p90_as_a_log_normal() -> None:
     flat = StepModel(fixed_s=0.010, per_decode_seq_s=0.0, per_prefill_token_s=0.0)
     load = Load(lens=[(16, 200)] * 4, concurrency=4)

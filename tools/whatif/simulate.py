@@ -95,6 +95,11 @@ class StepModel(BaseModel):
         description="API-server time per stream and delivery round: when the streams a step gives a token to take "
                     "longer than the step (streams x this > step), each stream's tokens reach its client merged into "
                     "fewer chunks, and the client counts one gap a chunk")
+    intake_gap_s: float = Field(
+        default=0.0, ge=0, le=0.1,
+        description="the API server takes new requests in one after another: a request reaches the engine no sooner "
+                    "than this after the request sent before it (a burst of sends reaches it spread out); fitted, "
+                    "one value for a run's first wave on new connections and for the requests after it")
     itl_spread: float = Field(default=0.0, ge=0, le=3,
                               description="log-normal sigma of delivered inter-token gaps around the engine's step "
                                           "time (mean kept): how unevenly tokens reach the client")
@@ -161,10 +166,15 @@ class Trace:
     # and per request the other requests in flight when it was sent, the step it first waited for (with
     # the fraction of the step before it that it waited through), the step of its first token and of its last.
     step_features: list[tuple[int, int, int]] = field(default_factory=list)
+    # With an intake gap, a request that waited behind the one before it takes its count from the request that
+    # started that queue: its hand-off is that request's, plus the gaps (hand_off_extra).
     others_at_send: list[int] = field(default_factory=list)
     # How long after the last step's end each request was sent (it waits the in-flight share only while that
     # lasts; others_at_send is 0 for a request sent after it).
     late_at_send: list[float] = field(default_factory=list)
+    # Seconds from send to schedulable beyond request_overhead_s + the share for others_at_send: minus the
+    # lateness, or the wait in the intake queue. The calibration's rows carry it as their constant.
+    hand_off_extra: list[float] = field(default_factory=list)
     ready_step: list[int] = field(default_factory=list)
     ready_frac: list[float] = field(default_factory=list)
     first_step: list[int] = field(default_factory=list)
@@ -196,11 +206,14 @@ class _Engine:
             self.tr.ready_step, self.tr.ready_frac = [0] * n, [0.0] * n
             self.tr.others_at_send = [0] * n
             self.tr.late_at_send = [0.0] * n
+            self.tr.hand_off_extra = [0.0] * n
             self.tr.first_step, self.tr.last_step = [0] * n, [0] * n
         self.cap = (load.max_concurrency if load.offsets is not None else load.concurrency) or n
         self.deadline = load.duration_s if load.duration_s else math.inf
         self.next_send = 0
         self.in_flight = 0
+        self.last_intake = -math.inf  # when the request sent before reached the engine
+        self.queue_head_others = 0  # others_at_send of the request that started the current intake queue
         self.releases: list[float] = []  # when clients see their request's last token (frees their slot)
         self.finished = 0
         self.blocked_by_cap = False
@@ -214,6 +227,7 @@ class _Engine:
         """Clients send what their schedule (open loop) or a free slot (closed loop, capped) allows by now."""
         now, offsets, send = self.t, self.load.offsets, self.tr.send
         hand_off = self.model.hand_off_s
+        gap = self.model.intake_gap_s
         while self.releases and self.releases[0] <= now:
             heapq.heappop(self.releases)
             self.in_flight -= 1
@@ -241,10 +255,21 @@ class _Engine:
                 # is zero, so that a fit starting from no share still sees what the share would cost.
                 if late > others * self.model.overhead_per_request_in_flight_s:
                     others, late = 0, 0.0
-            heapq.heappush(self.ready, (at + hand_off(others) - late, r))
+            own = at + hand_off(others) - late
+            # Taken in after the request sent before it: the API server's intake is one queue (measured with
+            # bench/bench_request_path.py --intake on the suite's server: a closed loop's first wave of 48, on new
+            # connections, reached add_request 2-2.5 ms apart, later requests that queued 0.35 ms apart; the
+            # calibration fits one gap for both).
+            behind = gap > 0 and self.last_intake + gap > own
+            ready = self.last_intake + gap if behind else own
+            if not behind:
+                self.queue_head_others = others
+            self.last_intake = ready
+            heapq.heappush(self.ready, (ready, r))
             if self.keep:
-                self.tr.others_at_send[r] = others
+                self.tr.others_at_send[r] = self.queue_head_others
                 self.tr.late_at_send[r] = late
+                self.tr.hand_off_extra[r] = ready - at - hand_off(self.queue_head_others) if behind else -late
             self.next_send += 1
             self.in_flight += 1
         self.blocked_by_cap = self.next_send < self.n and self.in_flight >= self.cap and (
