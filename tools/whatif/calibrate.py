@@ -341,7 +341,8 @@ def _single_settings(observed: list[Observed], engine: EngineConfig) -> dict[str
 def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditions: dict[str, Any] | None = None,
         use_context: bool = True, intake_gaps: tuple[float, ...] = INTAKE_GAP_GRID_S) -> Calibration:
     """Fixed-point non-negative least squares of the step model on the observed runs, from each of a few
-    starting points; the one that reproduces the runs' throughput, TTFT and TPOT best is kept."""
+    starting points and then from the best of them with each intake gap of `intake_gaps`; the one that reproduces
+    the runs' throughput, TTFT and TPOT best is kept."""
     if not observed:
         raise BadInputError("calibration needs at least one measured run")
     usable = [True, True, True, use_context, True, True, True]
