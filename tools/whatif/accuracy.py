@@ -286,7 +286,12 @@ def calibration_line(cal: Calibration) -> str:
             f"ms/request in flight, intake gap {m.intake_gap_s * 1e3:.1f} ms, {m.stream_per_seq_s * 1e6:.0f} "
             f"us/stream a round, ITL spread "
             f"{m.itl_spread:.2f}; residuals within "
-            f"{cal.max_abs_relative_error or 0:.0%}")
+            f"{cal.max_abs_relative_error or 0:.0%}" + _drift_text(cal.conditions.get("probe_drift")))
+
+
+def _drift_text(drift: Any) -> str:
+    """How far the probe's first point moved by the probe's end (calibrate.probe repeats it), when it was measured."""
+    return f"; probe drift {float(drift['change']):+.0%}" if isinstance(drift, dict) and "change" in drift else ""
 
 
 def queue_share(window: dict[str, Any]) -> float:

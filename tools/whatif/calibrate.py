@@ -370,6 +370,7 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
             best = tried if tried[0] < best[0] else best
     cal = best[1]
     cal.notes.extend(_prefix_cache_notes(observed))
+    cal.notes.extend(_drift_notes(conditions or {}))
     # Chunking and spread change no engine step, so the winner's traces serve their fits and the residuals.
     traces = [run(obs.engine or engine, cal.step_model, obs.load) for obs in observed]
     cal.step_model = cal.step_model.model_copy(
@@ -384,6 +385,18 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
 
 # Above this share of prompt tokens served from the prefix cache a run's prefills were mostly not computed.
 PREFIX_HIT_NOTE = 0.05
+# A probe whose first point's TPOT moved more than this between the start and the end ran on a host whose speed
+# changed under it (the same point moved 1.5 to 2.3 ms within ten minutes on the suite's 2-core VM).
+PROBE_DRIFT_NOTE = 0.15
+
+
+def _drift_notes(conditions: dict[str, Any]) -> list[str]:
+    drift = conditions.get("probe_drift")
+    if not isinstance(drift, dict) or abs(float(drift.get("change") or 0.0)) <= PROBE_DRIFT_NOTE:
+        return []
+    return [f"the host's speed changed during the probe: its first point's mean TPOT was "
+            f"{drift['first_tpot_ms']:.2f} ms at the start and {drift['again_tpot_ms']:.2f} ms at the end "
+            f"({drift['change']:+.0%}); no prediction is closer than that: probe again on a quiet moment"]
 
 
 def _prefix_cache_notes(observed: list[Observed]) -> list[str]:
@@ -532,10 +545,23 @@ async def probe(url: str, *, points: list[ProbePoint] | None = None, model: str 
             raise BadInputError(f"probe run {i} had {result['failed']} failed requests; calibration needs clean runs")
         observed.append(observed_from_result(result, f"c={point.concurrency} in={point.input_len} "
                                                      f"out={point.output_len}"))
+    # The host's speed can change under a probe (another job, a throttled CPU): its first point runs again at the
+    # end, and how far that point's TPOT moved is kept (not fitted): no prediction is closer than that.
+    first = plan[0]
+    again = await run_benchmark(RunBenchmarkInput(
+        url=url, model=model, concurrency=first.concurrency, num_prompts=first.num_prompts, input_len=first.input_len,
+        output_len=first.output_len, confirm=confirm, save_result=results_root, seed=base + len(plan),
+        warmup_requests=1, serve_flags=dict(serve_flags or {}), label="probe-0-again"))
     engine = engine_from(cache_config, serve_flags, max_model_len)
-    conditions = {"url": url, "server_version": version, "model": model, "date": datetime.now(UTC).isoformat(),
-                  "points": [p.model_dump() for p in plan], "seed": base, "results_dir": results_root,
-                  "serve_flags": dict(serve_flags or {})}
+    conditions: dict[str, Any] = {
+        "url": url, "server_version": version, "model": model, "date": datetime.now(UTC).isoformat(),
+        "points": [p.model_dump() for p in plan], "seed": base, "results_dir": results_root,
+        "serve_flags": dict(serve_flags or {})}
+    before = float(observed[0].result.get("mean_tpot_ms") or 0.0)
+    repeated = again.result.model_dump(mode="json") if again.result is not None else {}
+    after = float(repeated.get("mean_tpot_ms") or 0.0)
+    if before > 0 and after > 0:
+        conditions["probe_drift"] = {"first_tpot_ms": before, "again_tpot_ms": after, "change": after / before - 1}
     return observed, engine, conditions
 
 
