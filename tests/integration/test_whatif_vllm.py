@@ -28,7 +28,7 @@ import pytest
 from support.cpu_split import on_frontend_cores, split_cores
 from support.vllm_server import VllmFactory
 
-from vllm_tune.tools.whatif.accuracy import CASES, CaseOutcome, failures, run_case, table
+from vllm_tune.tools.whatif.accuracy import CASES, CaseOutcome, calibration_line, failures, run_case, table
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -52,12 +52,14 @@ async def test_predictions_hold_against_six_real_runs(vllm_server_factory: VllmF
         return server.url
 
     outcomes: list[CaseOutcome] = []
+    calibrations: list[str] = []  # each case's fitted costs, residuals and probe drift: what a miss is read against
     with on_frontend_cores(split):
         for i, case in enumerate(CASES):
             a_url = await start({})  # touching A keeps it the most recently used server of the factory
-            _cal, outcome = await run_case(a_url, {}, start, case, seed=200 + i, save_result=str(tmp_path))
+            cal, outcome = await run_case(a_url, {}, start, case, seed=200 + i, save_result=str(tmp_path))
             outcomes.append(outcome)
-    report = table(outcomes)
+            calibrations.append(f"{case.name}: {calibration_line(cal)}")
+    report = "\n".join(calibrations) + "\n\n" + table(outcomes)
     print(report)
     rows = [r for oc in outcomes for r in oc.rows]
     judged = [r for r in rows if r.judgeable]
