@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from support.simulated_runs import simulated_probe
+from support.simulated_runs import as_saved, simulated_probe
 
 from vllm_tune.tools.bench.api import RunBenchmarkInput
 from vllm_tune.tools.errors import BadInputError
@@ -228,15 +228,11 @@ async def test_a_probe_runs_its_first_point_again_and_names_a_host_that_changed_
     async def fake_run(req: RunBenchmarkInput) -> Any:
         labels.append(req.label)
         load = load_from_request(req)
-        res = summarize(run(ENGINE, TRUE, load), load, ENGINE, TRUE, percentiles=[50.0, 90.0])
+        res = as_saved(summarize(run(ENGINE, TRUE, load), load, ENGINE, TRUE, percentiles=[50.0, 90.0]), load, ENGINE,
+                       seed=req.seed, concurrency=req.concurrency, input_len=req.input_len,
+                       output_len=req.output_len, server_url=req.url)
         if req.label == "probe-0-again":
             res["mean_tpot_ms"] *= slower
-        res.update(server={"cache_config": {"num_gpu_blocks": str(ENGINE.num_gpu_blocks),
-                                            "block_size": str(ENGINE.block_size)}},
-                   provenance={"server_url": req.url, "seed": req.seed, "max_model_len": 2048,
-                               "load": {"concurrency": req.concurrency},
-                               "workload": {"kind": "random", "input_len": req.input_len,
-                                            "output_len": req.output_len}})
         return SimpleNamespace(result=SimpleNamespace(model_dump=lambda mode="json": res))
 
     monkeypatch.setattr(cal_mod, "run_benchmark", fake_run)

@@ -528,12 +528,15 @@ async def probe(url: str, *, points: list[ProbePoint] | None = None, model: str 
     cache_config: dict[str, str] = {}
     max_model_len: int | None = None
     version: str | None = None
+
+    def request(point: ProbePoint, seed: int, label: str, warmup: int) -> RunBenchmarkInput:
+        return RunBenchmarkInput(url=url, model=model, concurrency=point.concurrency, num_prompts=point.num_prompts,
+                                 input_len=point.input_len, output_len=point.output_len, confirm=confirm,
+                                 save_result=results_root, seed=seed, warmup_requests=warmup,
+                                 serve_flags=dict(serve_flags or {}), label=label)
+
     for i, point in enumerate(plan):
-        req = RunBenchmarkInput(url=url, model=model, concurrency=point.concurrency, num_prompts=point.num_prompts,
-                                input_len=point.input_len, output_len=point.output_len, confirm=confirm,
-                                save_result=results_root, seed=base + i, warmup_requests=2 if i == 0 else 1,
-                                serve_flags=dict(serve_flags or {}), label=f"probe-{i}")
-        out = await run_benchmark(req)
+        out = await run_benchmark(request(point, base + i, f"probe-{i}", 2 if i == 0 else 1))
         assert out.result is not None
         result = out.result.model_dump(mode="json")
         server = result.get("server") or {}
@@ -547,11 +550,7 @@ async def probe(url: str, *, points: list[ProbePoint] | None = None, model: str 
                                                      f"out={point.output_len}"))
     # The host's speed can change under a probe (another job, a throttled CPU): its first point runs again at the
     # end, and how far that point's TPOT moved is kept (not fitted): no prediction is closer than that.
-    first = plan[0]
-    again = await run_benchmark(RunBenchmarkInput(
-        url=url, model=model, concurrency=first.concurrency, num_prompts=first.num_prompts, input_len=first.input_len,
-        output_len=first.output_len, confirm=confirm, save_result=results_root, seed=base + len(plan),
-        warmup_requests=1, serve_flags=dict(serve_flags or {}), label="probe-0-again"))
+    again = await run_benchmark(request(plan[0], base + len(plan), "probe-0-again", 1))
     engine = engine_from(cache_config, serve_flags, max_model_len)
     conditions: dict[str, Any] = {
         "url": url, "server_version": version, "model": model, "date": datetime.now(UTC).isoformat(),
