@@ -37,6 +37,9 @@ class LoadState:
     # Run the engine core process on cores of its own and the API server and client on the others
     # (support/cpu_split.py): a state of the front end, which the engine must not slow.
     split_cores: bool = False
+    # Top-k log-probabilities per generated token (0: none): the API server detokenizes and serialises each of
+    # them for every token it streams, while the engine's share of the work barely changes.
+    logprobs: int = 0
 
 
 def _check_loopback(url: str) -> None:
@@ -72,6 +75,7 @@ async def drive_async(
     prompt_tokens: int = 16,
     concurrency: int = 8,
     time_limit_s: float = 120.0,
+    logprobs: int = 0,
 ) -> LoadResult:
     _check_loopback(url)
     if not 0 < requests <= 2000 or not 0 < concurrency <= 256:
@@ -84,6 +88,8 @@ async def drive_async(
         "stream": True,
         "temperature": 0.0,
     }
+    if logprobs:
+        payload["logprobs"] = logprobs
     result = LoadResult()
     sem = asyncio.Semaphore(concurrency)
     t0 = time.monotonic()
@@ -119,6 +125,7 @@ def drive(
     prompt_tokens: int = 16,
     concurrency: int = 8,
     time_limit_s: float = 120.0,
+    logprobs: int = 0,
 ) -> LoadResult:
     """Send `requests` streaming completions, at most `concurrency` at once, bounded by `time_limit_s`."""
     return asyncio.run(
@@ -130,6 +137,7 @@ def drive(
             prompt_tokens=prompt_tokens,
             concurrency=concurrency,
             time_limit_s=time_limit_s,
+            logprobs=logprobs,
         )
     )
 
@@ -185,6 +193,7 @@ def drive_state(url: str, model: str, state: LoadState, time_limit_s: float = 12
         prompt_tokens=state.prompt_tokens,
         concurrency=state.concurrency,
         time_limit_s=time_limit_s,
+        logprobs=state.logprobs,
     )
 
 
