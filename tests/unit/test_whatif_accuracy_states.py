@@ -15,10 +15,12 @@ from vllm_tune.tools.whatif.accuracy import (
     QUICK_PROBE,
     Case,
     CaseOutcome,
+    calibration_line,
     evaluate_saved,
     failures,
     queue_share,
 )
+from vllm_tune.tools.whatif.calibrate import Calibration, Residual
 from vllm_tune.tools.whatif.results import load_from_request, summarize
 from vllm_tune.tools.whatif.simulate import EngineConfig, StepModel, run
 
@@ -110,3 +112,18 @@ def test_the_protocol_replayed_on_saved_runs_recovers_the_server_that_made_them(
     assert failures([outcome]) == []
     with pytest.raises(BadInputError, match="no saved runs with seeds"):
         evaluate_saved(results[:-1], seed, case)
+
+
+def test_the_calibration_line_names_the_worst_fitted_runs_and_the_probe_drift() -> None:
+    # What a miss in CI is read against: the runs the fit reproduced worst (largest relative error first, either
+    # sign) and how far the probe's first point moved under it.
+    residuals = [Residual(run=run, metric=m, measured=10.0, fitted=10.0 * (1 + e), relative_error=e)
+                 for run, m, e in (("probe-0", "median_ttft_ms", 0.05), ("probe-2", "median_itl_ms", 0.40),
+                                   ("A", "p90_ttft_ms", -0.25), ("probe-1", "median_tpot_ms", 0.10),
+                                   ("A again", "request_throughput", -0.01))]
+    cal = Calibration(step_model=StepModel(), engine=EngineConfig(), source="probe", residuals=residuals,
+                      max_abs_relative_error=0.40, conditions={"probe_drift": {"change": -0.24}})
+    line = calibration_line(cal)
+    assert "residuals within 40%" in line
+    assert line.endswith("; worst probe-2 median_itl_ms 10 -> 14, A p90_ttft_ms 10 -> 7.5, "
+                         "probe-1 median_tpot_ms 10 -> 11; probe drift -24%")

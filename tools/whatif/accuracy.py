@@ -284,9 +284,15 @@ def calibration_line(cal: Calibration) -> str:
             f"{m.per_prefill_token_s * 1e6:.1f} us/prefill token, {m.per_context_token_s * 1e9:.1f} ns/ctx, "
             f"hand-off {m.request_overhead_s * 1e3:.1f} ms + {m.overhead_per_request_in_flight_s * 1e3:.2f} "
             f"ms/request in flight, intake gap {m.intake_gap_s * 1e3:.1f} ms, {m.stream_per_seq_s * 1e6:.0f} "
-            f"us/stream a round, ITL spread "
-            f"{m.itl_spread:.2f}; residuals within "
-            f"{cal.max_abs_relative_error or 0:.0%}" + _drift_text(cal.conditions.get("probe_drift")))
+            f"us/stream a round, ITL spread {m.itl_spread:.2f}; residuals within {cal.max_abs_relative_error or 0:.0%}"
+            + _worst_fits(cal) + _drift_text(cal.conditions.get("probe_drift")))
+
+
+def _worst_fits(cal: Calibration, count: int = 3) -> str:
+    """The runs and metrics the fit reproduces worst, measured -> fitted: where a miss starts is read from them."""
+    worst = sorted(cal.residuals, key=lambda r: -abs(r.relative_error))[:count]
+    return "".join(f"{'; worst ' if i == 0 else ', '}{r.run} {r.metric} {r.measured:.3g} -> {r.fitted:.3g}"
+                   for i, r in enumerate(worst))
 
 
 def _drift_text(drift: Any) -> str:
