@@ -272,7 +272,8 @@ async def send_tagged(url: str, model: str, tag: str, seed: int) -> list[dict[st
             rec = RequestRecord(index=i, intended_send=time.perf_counter())
             await pool.send(head + f"\r\nX-Request-Id: {tag}-{i}".encode() + b"\r\n" + rest, rec, chat=False)
             records.append({"id": f"{tag}-{i}", "i": i, "send": rec.start_time,
-                            "first": rec.start_time + rec.ttft if rec.success else None})
+                            "first": rec.start_time + rec.ttft if rec.success else None,
+                            "done": rec.start_time + rec.latency if rec.success else None})
 
     try:
         await asyncio.gather(*(seat() for _ in range(concurrency)))
@@ -293,6 +294,33 @@ def intake_gaps(records: list[dict[str, Any]], trace: Trace) -> tuple[list[float
     return [(t - start) * 1e3 for t in first_wave], gaps
 
 
+def waves(records: list[dict[str, Any]], trace: Trace) -> list[str]:
+    """Per wave of the closed loop (requests i*c .. i*c + c-1, in the order they were sent): how far apart its
+    requests were sent and finished, and how long they took from the engine core's queue to their first token (ms).
+    Whether the waves stay in step (sent within a few ms of each other, then queued behind each other's prefills)
+    or spread out is what sets the TTFT percentiles of a closed loop; what_if's simulator can be held against these
+    rows."""
+    concurrency = INTAKE_LOAD[0]
+    start = min(rec["send"] for rec in records)
+    out = []
+    for w in range(0, max(rec["i"] for rec in records) + 1, concurrency):
+        rows = [r for r in records if w <= r["i"] < w + concurrency and r["first"] is not None]
+        if not rows:
+            continue
+        # Queued until the engine core's batch with the first token: the queue and the prefill, as the simulator's
+        # time from ready to first token.
+        queue = sorted((trace.first[rid][0] - trace.events[rid][QUEUED]) * 1e3 for r in rows
+                       if QUEUED in trace.events.get(rid := f"cmpl-{r['id']}-0", {}) and rid in trace.first)
+        ttft = sorted((r["first"] - r["send"]) * 1e3 for r in rows)
+        sends = [(r["send"] - start) * 1e3 for r in rows]
+        dones = [(r["done"] - start) * 1e3 for r in rows if r["done"] is not None]
+        out.append(f"| {w // concurrency + 1} | {min(sends):.0f}-{max(sends):.0f} | "
+                   f"{min(dones):.0f}-{max(dones):.0f} | "
+                   f"{statistics.median(queue) if queue else math.nan:.1f} / {max(queue, default=math.nan):.1f} | "
+                   f"{statistics.median(ttft):.1f} / {ttft[int(0.9 * (len(ttft) - 1))]:.1f} |")
+    return out
+
+
 async def main_intake() -> int:
     model = ensure_tiny_models(build=False).llama
     work = Path(tempfile.mkdtemp(prefix="vllm-tune-request-path-"))
@@ -309,6 +337,7 @@ async def main_intake() -> int:
     try:
         with on_frontend_cores(split):
             await send_tagged(server.url, server.model, "warm", 1)  # first requests after start-up are slower
+            by_wave: list[list[str]] = []
             for rep in range(2):
                 records = await send_tagged(server.url, server.model, f"i{rep}", 500 + rep)
                 trace = read_trace(trace_path)
@@ -318,6 +347,11 @@ async def main_intake() -> int:
                 cells = " | ".join(f"{statistics.fmean(got[leg]):.1f}" for leg in LEGS)
                 print(f"| {rep + 1} | {statistics.median(got['ttft']):.1f} | {wave[0]:.1f} / {wave[-1]:.1f} | "
                       f"{q[0]:.2f} / {q[1]:.2f} / {q[2]:.2f} ({len(gaps)}) | {cells} |", flush=True)
+                by_wave.append(waves(records, trace))
+            for rep, rows in enumerate(by_wave):
+                print(f"\nrun {rep + 1} by wave (ms from its first send)\n\n| wave | sent | finished | queued to first "
+                      "token p50 / max | TTFT p50 / p90 |\n|---|---:|---:|---:|---:|")
+                print("\n".join(rows))
     finally:
         server.stop()
     return 0

@@ -1,4 +1,4 @@
-"""bench/bench_request_path.py's step table, on a trace in the format its sitecustomize writes."""
+"""bench/bench_request_path.py's step and wave tables, on traces in the format its sitecustomize writes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from bench_request_path import QUEUED, SCHEDULED, contention_rows, read_trace, step_times
+from bench_request_path import INTAKE_LOAD, QUEUED, SCHEDULED, contention_rows, read_trace, step_times, waves
 
 
 def _batch(engine: float, tokens: dict[str, int], events: dict[str, list[tuple[int, float]]]) -> dict[str, object]:
@@ -42,3 +42,23 @@ def test_steps_split_by_mix_and_by_requests_in_intake(tmp_path: Path) -> None:
     (summary, row) = contention_rows(steps, min_steps=1)
     assert row == "1 decoding, 0 prefilling: 4.00 ms (2 steps) without, 6.00 ms (1) with a request in intake (+2.00 ms)"
     assert summary.startswith("over 1 mixes seen both ways: +2.00 ms median")
+
+
+def test_waves_of_a_closed_loop_are_read_in_send_order(tmp_path: Path) -> None:
+    # Two waves of 48 (the intake load's concurrency): request i of wave w is sent at w * 500 + i ms, queued 10 ms
+    # later, has its first token from the engine 20 + i ms after that, which the client reads 5 ms later, and
+    # finishes 400 ms after its send.
+    assert INTAKE_LOAD[0] == 48
+    trace, records, rows = tmp_path / "trace.jsonl", [], []
+    for w in range(2):
+        for i in range(48):
+            send = 10.0 + w * 0.5 + i * 1e-3
+            queued, first = send + 0.010, send + 0.030 + i * 1e-3
+            rid = f"i0-{w * 48 + i}"
+            rows.append(_batch(first, {rid: 1}, {rid: [(QUEUED, queued), (SCHEDULED, queued + 0.001)]}))
+            records.append({"id": rid, "i": w * 48 + i, "send": send, "first": first + 0.005, "done": send + 0.400})
+    trace.write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["engine"])))
+    got = waves(records, read_trace(trace))
+    # queued to first token 20..67 ms (median 43.5), TTFT 35..82 ms (median 58.5, the 90th of 48 is the 43rd: 77)
+    assert got == ["| 1 | 0-47 | 400-447 | 43.5 / 67.0 | 58.5 / 77.0 |",
+                   "| 2 | 500-547 | 900-947 | 43.5 / 67.0 | 58.5 / 77.0 |"]
