@@ -28,7 +28,8 @@ under the shared lock on an otherwise idle box:
 --intake measures the API server's intake queue instead, as what_if's accuracy protocol runs its concurrency-48
 case: the engine core on a core of its own (tests/support/cpu_split.py), closed loops of 48 requests of 192 in /
 96 out sent with run_benchmark's own streaming transport (each tagged), and prints how far apart the requests of
-a wave reach add_request, beside the legs above (what_if's StepModel.intake_gap_s).
+a wave reach add_request, beside the legs above (what_if's StepModel.intake_gap_s), then each wave's spread and
+waits; `--concurrency N` runs the same load with N streams (3 N requests).
 """
 
 from __future__ import annotations
@@ -253,10 +254,11 @@ INTAKE_LOAD = (48, 144, 192, 96)  # concurrency, requests, input and output toke
 QUEUED_GAP_MS = 5.0  # consecutive add_request entries closer than this were waiting for each other
 
 
-async def send_tagged(url: str, model: str, tag: str, seed: int) -> list[dict[str, Any]]:
+async def send_tagged(url: str, model: str, tag: str, seed: int,
+                      load: tuple[int, int, int, int] = INTAKE_LOAD) -> list[dict[str, Any]]:
     """A closed loop with run_benchmark's streaming transport (its client cost is the one what_if calibrates with),
     each request tagged `tag-i` with X-Request-Id; per request its send and first-token times."""
-    concurrency, n, input_len, output_len = INTAKE_LOAD
+    concurrency, n, input_len, output_len = load
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         items, _ = await build_random(ServerTokenizer(client, model, chat=False), n=n, input_lens=[input_len] * n,
                                       output_lens=[output_len] * n, seed=seed)
@@ -282,10 +284,10 @@ async def send_tagged(url: str, model: str, tag: str, seed: int) -> list[dict[st
     return records
 
 
-def intake_gaps(records: list[dict[str, Any]], trace: Trace) -> tuple[list[float], list[float]]:
+def intake_gaps(records: list[dict[str, Any]], trace: Trace,
+                concurrency: int = INTAKE_LOAD[0]) -> tuple[list[float], list[float]]:
     """(ms from the first send of the first wave to each of its requests' add_request, ms between consecutive
     add_request entries of requests that waited for each other after the first wave)."""
-    concurrency = INTAKE_LOAD[0]
     entered = {rec["i"]: trace.adds[rid][0] for rec in records if (rid := f"cmpl-{rec['id']}-0") in trace.adds}
     first_wave = sorted(t for i, t in entered.items() if i < concurrency)
     start = min(rec["send"] for rec in records)
@@ -294,13 +296,13 @@ def intake_gaps(records: list[dict[str, Any]], trace: Trace) -> tuple[list[float
     return [(t - start) * 1e3 for t in first_wave], gaps
 
 
-def waves(records: list[dict[str, Any]], trace: Trace) -> list[str]:
+def waves(records: list[dict[str, Any]], trace: Trace, concurrency: int = INTAKE_LOAD[0]) -> list[str]:
     """Per wave of the closed loop (requests i*c .. i*c + c-1, in the order they were sent): how far apart its
-    requests were sent and finished, and how long they took from the engine core's queue to their first token (ms).
+    requests were sent and finished, how long they took to reach add_request, and from the engine core's queue to
+    their first token (ms).
     Whether the waves stay in step (sent within a few ms of each other, then queued behind each other's prefills)
     or spread out is what sets the TTFT percentiles of a closed loop; what_if's simulator can be held against these
     rows."""
-    concurrency = INTAKE_LOAD[0]
     start = min(rec["send"] for rec in records)
     out = []
     for w in range(0, max(rec["i"] for rec in records) + 1, concurrency):
@@ -312,10 +314,12 @@ def waves(records: list[dict[str, Any]], trace: Trace) -> list[str]:
         queue = sorted((trace.first[rid][0] - trace.events[rid][QUEUED]) * 1e3 for r in rows
                        if QUEUED in trace.events.get(rid := f"cmpl-{r['id']}-0", {}) and rid in trace.first)
         ttft = sorted((r["first"] - r["send"]) * 1e3 for r in rows)
+        intake = [(trace.adds[rid][0] - r["send"]) * 1e3 for r in rows if (rid := f"cmpl-{r['id']}-0") in trace.adds]
         sends = [(r["send"] - start) * 1e3 for r in rows]
         dones = [(r["done"] - start) * 1e3 for r in rows if r["done"] is not None]
         out.append(f"| {w // concurrency + 1} | {min(sends):.0f}-{max(sends):.0f} | "
                    f"{min(dones):.0f}-{max(dones):.0f} | "
+                   f"{statistics.median(intake) if intake else math.nan:.1f} | "
                    f"{statistics.median(queue) if queue else math.nan:.1f} / {max(queue, default=math.nan):.1f} | "
                    f"{statistics.median(ttft):.1f} / {ttft[int(0.9 * (len(ttft) - 1))]:.1f} |")
     return out
@@ -329,6 +333,10 @@ async def main_intake() -> int:
     server = start_vllm(model, [], env={"PYTHONPATH": str(TRACE_DIR), "VLLM_TUNE_REQUEST_TRACE": str(trace_path)},
                         split=split)
     concurrency, n, input_len, output_len = INTAKE_LOAD
+    if "--concurrency" in sys.argv:  # the same load at another concurrency, three waves of it
+        concurrency = int(sys.argv[sys.argv.index("--concurrency") + 1])
+        n = 3 * concurrency
+    load = (concurrency, n, input_len, output_len)
     print(f"closed loop of {concurrency}, {n} requests of {input_len} in / {output_len} out, engine core "
           f"{'on cores of its own' if split else 'sharing the cores (one CPU)'}; ms\n")
     print("| run | TTFT p50 | first wave: first / last add_request after its sends | later: add_request gap p25 / "
@@ -336,21 +344,22 @@ async def main_intake() -> int:
     print("|---|---:|---:|---:|" + "---:|" * len(LEGS))
     try:
         with on_frontend_cores(split):
-            await send_tagged(server.url, server.model, "warm", 1)  # first requests after start-up are slower
+            await send_tagged(server.url, server.model, "warm", 1, load)  # first requests after start-up are slower
             by_wave: list[list[str]] = []
             for rep in range(2):
-                records = await send_tagged(server.url, server.model, f"i{rep}", 500 + rep)
+                records = await send_tagged(server.url, server.model, f"i{rep}", 500 + rep, load)
                 trace = read_trace(trace_path)
-                wave, gaps = intake_gaps(records, trace)
+                wave, gaps = intake_gaps(records, trace, concurrency)
                 got, _missing = legs(records, trace)
                 q = statistics.quantiles(gaps, n=4) if len(gaps) > 1 else [math.nan] * 3
                 cells = " | ".join(f"{statistics.fmean(got[leg]):.1f}" for leg in LEGS)
                 print(f"| {rep + 1} | {statistics.median(got['ttft']):.1f} | {wave[0]:.1f} / {wave[-1]:.1f} | "
                       f"{q[0]:.2f} / {q[1]:.2f} / {q[2]:.2f} ({len(gaps)}) | {cells} |", flush=True)
-                by_wave.append(waves(records, trace))
+                by_wave.append(waves(records, trace, concurrency))
             for rep, rows in enumerate(by_wave):
-                print(f"\nrun {rep + 1} by wave (ms from its first send)\n\n| wave | sent | finished | queued to first "
-                      "token p50 / max | TTFT p50 / p90 |\n|---|---:|---:|---:|---:|")
+                print(f"\nrun {rep + 1} by wave (ms from its first send)\n\n| wave | sent | finished | send to "
+                      "add_request p50 | queued to first token p50 / max | TTFT p50 / p90 |\n"
+                      "|---|---:|---:|---:|---:|---:|")
                 print("\n".join(rows))
     finally:
         server.stop()

@@ -45,9 +45,9 @@ def test_steps_split_by_mix_and_by_requests_in_intake(tmp_path: Path) -> None:
 
 
 def test_waves_of_a_closed_loop_are_read_in_send_order(tmp_path: Path) -> None:
-    # Two waves of 48 (the intake load's concurrency): request i of wave w is sent at w * 500 + i ms, queued 10 ms
-    # later, has its first token from the engine 20 + i ms after that, which the client reads 5 ms later, and
-    # finishes 400 ms after its send.
+    # Two waves of 48 (the intake load's concurrency): request i of wave w is sent at w * 500 + i ms, reaches
+    # add_request 4 ms later, is queued 10 ms after its send, has its first token from the engine 20 + i ms after
+    # that, which the client reads 5 ms later, and finishes 400 ms after its send.
     assert INTAKE_LOAD[0] == 48
     trace, records, rows = tmp_path / "trace.jsonl", [], []
     for w in range(2):
@@ -56,9 +56,10 @@ def test_waves_of_a_closed_loop_are_read_in_send_order(tmp_path: Path) -> None:
             queued, first = send + 0.010, send + 0.030 + i * 1e-3
             rid = f"i0-{w * 48 + i}"
             rows.append(_batch(first, {rid: 1}, {rid: [(QUEUED, queued), (SCHEDULED, queued + 0.001)]}))
+            rows.append({"kind": "add", "id": f"cmpl-{rid}-0", "entered": send + 0.004, "left": send + 0.0043})
             records.append({"id": rid, "i": w * 48 + i, "send": send, "first": first + 0.005, "done": send + 0.400})
-    trace.write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["engine"])))
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))  # read_trace orders the batches
     got = waves(records, read_trace(trace))
     # queued to first token 20..67 ms (median 43.5), TTFT 35..82 ms (median 58.5, the 90th of 48 is the 43rd: 77)
-    assert got == ["| 1 | 0-47 | 400-447 | 43.5 / 67.0 | 58.5 / 77.0 |",
-                   "| 2 | 500-547 | 900-947 | 43.5 / 67.0 | 58.5 / 77.0 |"]
+    assert got == ["| 1 | 0-47 | 400-447 | 4.0 | 43.5 / 67.0 | 58.5 / 77.0 |",
+                   "| 2 | 500-547 | 900-947 | 4.0 | 43.5 / 67.0 | 58.5 / 77.0 |"]
