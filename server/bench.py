@@ -99,7 +99,8 @@ async def _confirm_remote(request: RunBenchmarkInput, ctx: Context) -> RunBenchm
     if policy.is_loopback(base):
         return request
     if spec is not None:
-        what = " and ".join(([f"a what_if calibration probe (about {PROBE_REQUESTS} requests)"] if spec.probe else [])
+        what = " and ".join(([f"a what_if calibration probe (about {PROBE_REQUESTS} requests, twice that if the host's "
+                             "speed moves under the first)"] if spec.probe else [])
                             + ([f"one verify run of {request.search_prompts} requests at the predicted capacity"]
                                if spec.verify else []))
     elif request.search_capacity:

@@ -27,7 +27,8 @@ async def _confirm_probe(request: WhatIfInput, ctx: Context) -> WhatIfInput:
     if policy.is_loopback(base):
         return request
     if await user_confirms(ctx, f"Calibrate what_if by sending a short probe load to {base} (about 290 requests "
-                                "at concurrency 4-32)? This loads a live server."):
+                                "at concurrency 4-32, once more if the host's speed moves under it)? This loads a "
+                                "live server."):
         return request.model_copy(update={"confirm": True})
     return request
 

@@ -1,6 +1,7 @@
 """what_if against real vLLM CPU servers: calibrate on A, predict six (config, load) pairs B, run them, compare.
 
-The cases (tools/whatif/accuracy.py CASES) differ from the calibration (a short probe plus run A) in
+The cases (tools/whatif/accuracy.py CASES) differ from the calibration (a short probe, taken once more when the
+host's speed moved under it, plus run A) in
 concurrency, request rate, prompt length, max_num_seqs (a case that queues), max_num_batched_tokens and KV
 blocks (a case that preempts); every run draws its own prompts, so none is served from the prefix cache.
 Tolerances are the targets of issue 16: throughput and p50 TTFT/ITL/TPOT within 20 %, p90 within 35 %,

@@ -77,10 +77,10 @@ TRUE = StepModel(fixed_s=0.004, per_decode_seq_s=0.0002, per_prefill_token_s=0.0
 A_ENGINE = EngineConfig(num_gpu_blocks=4096, block_size=16, max_model_len=1024)
 
 
-def _saved(engine: EngineConfig, fields: dict[str, Any], seed: int) -> dict[str, Any]:
-    """A run_benchmark result as `engine` served by TRUE would give it, saved with its provenance."""
+def _saved(engine: EngineConfig, fields: dict[str, Any], seed: int, model: StepModel = TRUE) -> dict[str, Any]:
+    """A run_benchmark result as `engine` served by `model` would give it, saved with its provenance."""
     load = load_from_request(RunBenchmarkInput(url=URL, seed=seed, **fields))
-    res = summarize(run(engine, TRUE, load), load, engine, TRUE, percentiles=[50.0, 90.0])
+    res = summarize(run(engine, model, load), load, engine, model, percentiles=[50.0, 90.0])
     res.update(input_lens=[p for p, _ in load.lens], output_lens=[o for _, o in load.lens],
                server={"cache_config": {"num_gpu_blocks": str(engine.num_gpu_blocks),
                                         "block_size": str(engine.block_size)}},
@@ -127,3 +127,33 @@ def test_the_calibration_line_names_the_worst_fitted_runs_and_the_probe_drift() 
     assert "residuals within 40%" in line
     assert line.endswith("; worst probe-2 median_itl_ms 10 -> 14, A p90_ttft_ms 10 -> 7.5, "
                          "probe-1 median_tpot_ms 10 -> 11; probe drift -24%")
+
+
+def test_a_replay_fits_on_the_second_probe_when_the_first_moved_more() -> None:
+    # probe_steadily probes again when the host's speed moved under the first probe, and keeps the steadier one;
+    # the replay makes the same choice from the saved runs. Here the first probe ran on a host 60 % slower that was
+    # back to speed for its repeat (drift -37 %), the second one at speed throughout.
+    case = CASES[0]
+    seed, size = 100, len(QUICK_PROBE) + 1
+    slow = TRUE.model_copy(update={k: 1.6 * getattr(TRUE, k) for k in ("fixed_s", "per_decode_seq_s",
+                                                                        "per_prefill_token_s")})
+    first = [_saved(A_ENGINE, p.model_dump(), 10 * seed + i, slow) for i, p in enumerate(QUICK_PROBE)]
+    first.append(_saved(A_ENGINE, QUICK_PROBE[0].model_dump(), 10 * seed + len(QUICK_PROBE)))
+    second = [_saved(A_ENGINE, p.model_dump(), 10 * seed + size + i) for i, p in enumerate([*QUICK_PROBE,
+                                                                                          QUICK_PROBE[0]])]
+    runs = [_saved(A_ENGINE, case.reference_load, seed), _saved(A_ENGINE, case.reference_load, seed + 3000),
+            _saved(A_ENGINE, case.load, seed + 1000), _saved(A_ENGINE, case.load, seed + 2000)]
+    cal, outcome = evaluate_saved(first + second + runs, seed, case)
+    drifts = cal.conditions["probe_drifts"]
+    assert len(drifts) == 2 and drifts[0]["change"] < -0.3 and abs(drifts[1]["change"]) < 0.01
+    assert cal.conditions["probe_drift"] == drifts[1]
+    assert any("probed 2 times" in n for n in cal.notes)
+    # Fitted on the steady probe and A's runs, all at TRUE's speed: TRUE comes back and B is predicted as it ran.
+    assert cal.step_model.fixed_s == pytest.approx(TRUE.fixed_s, rel=0.02)
+    assert all(abs(r.error) < 0.02 for r in outcome.rows), [(r.metric, r.error) for r in outcome.rows]
+    # Without the second probe the slow one is all there is: the drift note says so, and the fit is off.
+    cal_first, outcome_first = evaluate_saved(first + runs, seed, case)
+    assert "probe_drifts" not in cal_first.conditions
+    assert any("speed changed during the probe" in n for n in cal_first.notes)
+    assert cal_first.step_model.fixed_s > 1.3 * TRUE.fixed_s
+    assert next(r for r in outcome_first.rows if r.metric == "median_itl_ms").error > 0.3

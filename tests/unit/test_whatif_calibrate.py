@@ -247,6 +247,38 @@ async def test_a_probe_runs_its_first_point_again_and_names_a_host_that_changed_
         assert f"{slower - 1:+.0%}" in drift_notes[0]
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize(("slower", "probes"), [(1.5, 2), (1.05, 1)])
+async def test_a_probe_the_host_moved_under_is_taken_again_once(
+        monkeypatch: pytest.MonkeyPatch, slower: float, probes: int) -> None:
+    # The first probe's repeat runs `slower`; the second probe is steady. Beyond PROBE_DRIFT_NOTE the probe is taken
+    # once more on new prompts (seeds after the first probe's) and the steadier one is kept.
+    from vllm_tune.tools.whatif import calibrate as cal_mod
+
+    seeds: list[int] = []
+
+    async def fake_run(req: RunBenchmarkInput) -> Any:
+        assert req.seed is not None
+        seeds.append(req.seed)
+        load = load_from_request(req)
+        res = as_saved(summarize(run(ENGINE, TRUE, load), load, ENGINE, TRUE, percentiles=[50.0, 90.0]), load, ENGINE,
+                       seed=req.seed, concurrency=req.concurrency, input_len=req.input_len,
+                       output_len=req.output_len, server_url=req.url)
+        if req.label == "probe-0-again" and len(seeds) <= len(cal_mod.DEFAULT_PROBE) + 1:
+            res["mean_tpot_ms"] *= slower
+        return SimpleNamespace(result=SimpleNamespace(model_dump=lambda mode="json": res))
+
+    monkeypatch.setattr(cal_mod, "run_benchmark", fake_run)
+    size = len(cal_mod.DEFAULT_PROBE) + 1
+    observed, engine, conditions = await cal_mod.probe_steadily("http://127.0.0.1:1", seed=7, retries=3)
+    assert seeds == list(range(7, 7 + probes * size))  # one retry is enough once a probe holds still
+    assert [d["change"] for d in conditions["probe_drifts"]] == pytest.approx([slower - 1, 0.0][:probes])
+    assert conditions["seed"] == 7 + (probes - 1) * size  # the probe kept
+    assert abs(conditions["probe_drift"]["change"]) < 0.06
+    notes = fit(observed, engine, source="probe", conditions=conditions).notes
+    assert any("probed 2 times" in n for n in notes) == (probes == 2)
+
+
 def test_a_run_served_from_the_prefix_cache_is_named() -> None:
     runs = _synthetic_runs(TRUE)
     runs[2].result["server"] = {"prefix_cache_hit_rate": 0.75}  # as a repeated probe measured on the suite's server

@@ -1,14 +1,14 @@
 """what_if's predictions replayed on real runs of the accuracy protocol: bench/bench_whatif_accuracy.py on the
-suite's vLLM 0.32.0 CPU server (a 2-core VM, 2026-12-06 and 07, A and B alternating), their 48 results each trimmed
-of per-request lists in tests/data/whatif/. In the three bench-* runs the engine, the API server and the client
-shared both cores; in the three pinned-* runs the engine core process had a core of its own and the API server and
-client the other (tests/support/cpu_split.py), as the integration test and the bench now run. The run of 12-07 is
-a noisy one: its probes ran slower than those of 12-06 (TPOT at 32 streams 3.4-5.4 ms against 2.7-3.1 in most of
-them) while its runs did not all (the max_num_seqs case's run A 2.7 ms at 24 streams, as on 12-06), and most of its
-misses come from that. The fit and the simulation
-are deterministic, so this holds a change to the step model or the fit against the same measurements: it must not
-do worse on any run than the model that went in with them (README, what_if section). Offline, with every table:
-bench/replay_whatif_accuracy.py FILE."""
+suite's vLLM 0.32.0 CPU server (a 2-core VM, 2026-12-06 and 07, A and B alternating), their 48 or 54 results each
+trimmed of per-request lists in tests/data/whatif/. In the three bench-* runs the engine, the API server and the
+client shared both cores; in the four pinned-* runs the engine core process had a core of its own and the API server
+and client the other (tests/support/cpu_split.py), as the integration test and the bench now run. The run of 12-07
+01:52 is a noisy one: its probes ran slower than those of 12-06 (TPOT at 32 streams 3.4-5.4 ms against 2.7-3.1 in
+most of them) while its runs did not all (the max_num_seqs case's run A 2.7 ms at 24 streams, as on 12-06), and most
+of its misses come from that; in the one of 04:55 two probes moved under the host's speed. The fit and the
+simulation are deterministic, so this holds a change to the step model or the fit against the same measurements: it
+must not do worse on any run than the model that went in with them (README, what_if section). Offline, with every
+table: bench/replay_whatif_accuracy.py FILE."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ RUNS = {
     "pinned-2026-12-06T2231.jsonl.gz": (41, 1, 0.15),
     "pinned-2026-12-06T2238.jsonl.gz": (40, 2, 0.10),
     "pinned-2026-12-07T0152.jsonl.gz": (34, 7, 0.10),
+    # Two probes moved under the host's speed (-50 % and +83 % from start to end; each probe's first point ran again
+    # at its end, so this run has 54 results): those two cases carry 7 of the 11 misses. Probes now are taken again
+    # when they move beyond 15 %, which this run predates.
+    "pinned-2026-12-07T0455.jsonl.gz": (39, 11, 0.11),
 }
 
 
@@ -40,7 +44,7 @@ RUNS = {
 def test_predictions_on_a_saved_real_run_do_not_fall_back(name: str) -> None:
     judged_n, most_misses, poisson_error = RUNS[name]
     results = load_saved(DATA / name)
-    assert len(results) == 48
+    assert len(results) == (54 if name >= "pinned-2026-12-07T04" else 48)
     outcomes = [evaluate_saved(results, 100 + i, case)[1] for i, case in enumerate(CASES)]
     # What the two runs of each B let be judged on that host: a property of the data, not of the model.
     assert sum(r.judgeable for oc in outcomes for r in oc.rows) == judged_n

@@ -29,7 +29,8 @@ from vllm_tune.tools.whatif.calibrate import (
     engine_from,
     fit,
     observed_from_result,
-    probe,
+    probe_drift,
+    probe_steadily,
 )
 from vllm_tune.tools.whatif.results import load_from_request, summarize
 from vllm_tune.tools.whatif.simulate import EngineConfig, run
@@ -208,8 +209,8 @@ async def run_case(a_url: str, a_flags: dict[str, str], start: StartServer, case
     # Every run draws its own prompts (seeds apart): a run that repeated an earlier one's prompts would be
     # served from the prefix cache, which the simulator does not model. evaluate_saved() finds the runs by
     # these seeds.
-    observed, engine, conditions = await probe(a_url, points=points or QUICK_PROBE, serve_flags=a_flags,
-                                               save_result=save_result, seed=10 * seed)
+    observed, engine, conditions = await probe_steadily(a_url, points=points or QUICK_PROBE, serve_flags=a_flags,
+                                                        save_result=save_result, seed=10 * seed)
     # A and B alternate (A, B, A, B): the host's speed drifts over minutes on a shared machine (the same probe
     # point's TPOT 1.5-2.3 ms on the suite's 2-core VM within ten minutes), and pairs taken one after the
     # other would read a drift between them as the change from A to B. Alternated, a drift widens both
@@ -268,11 +269,27 @@ def evaluate_saved(results: list[dict[str, Any]], seed: int, case: Case,
     missing = [s for s in wanted if s not in by_seed]
     if missing:
         raise BadInputError(f"case {case.name!r}: no saved runs with seeds {missing}")
+    # As probe_steadily chose live: a second probe (seeds after the first's points and repeat) replaces the first
+    # when its first point moved less.
+    size = len(QUICK_PROBE) + 1
+    conditions: dict[str, Any] = {"replayed": True}
+    again = by_seed.get(probe_seeds[0] + len(QUICK_PROBE))
+    first_drift = probe_drift(by_seed[probe_seeds[0]], again) if again is not None else None
+    retry = [by_seed.get(s + size) for s in probe_seeds]
+    retry_again = by_seed.get(probe_seeds[0] + size + len(QUICK_PROBE))
+    if first_drift is not None:
+        conditions["probe_drift"] = first_drift
+    if all(r is not None for r in retry) and retry_again is not None and first_drift is not None:
+        second = probe_drift(by_seed[probe_seeds[0] + size], retry_again)
+        conditions["probe_drifts"] = [first_drift, second]
+        if second is not None and abs(second["change"]) < abs(first_drift["change"]):
+            probe_seeds = [s + size for s in probe_seeds]
+            conditions["probe_drift"] = second
     probes = [by_seed[s] for s in probe_seeds]
     observed = [observed_from_result(r, f"probe-{i}") for i, r in enumerate(probes)]
     cache = dict((probes[0].get("server") or {}).get("cache_config") or {})
     engine = engine_from(cache, a_flags, (probes[0].get("provenance") or {}).get("max_model_len"))
-    runs = CaseRuns(observed, engine, {"replayed": True}, by_seed[seed], by_seed[seed + 1000], by_seed[seed + 3000],
+    runs = CaseRuns(observed, engine, conditions, by_seed[seed], by_seed[seed + 1000], by_seed[seed + 3000],
                     by_seed[seed + 2000])
     return evaluate(case, seed, a_flags or {}, runs)
 

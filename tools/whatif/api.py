@@ -40,7 +40,8 @@ class WhatIfInput(BaseModel):
                                                            "to calibrate on; nothing is sent")
     calibration: str | None = Field(default=None, description="a saved what_if calibration JSON")
     probe: bool = Field(default=False, description="calibrate by a short probe load on url (~290 "
-                                                   "requests at concurrency 4-32): SENDS LOAD")
+                                                   "requests at concurrency 4-32; once more if the host's speed "
+                                                   "moved under it): SENDS LOAD")
     metrics_window_s: float | None = Field(default=None, ge=8, le=600,
                                            description="calibrate passively from url's /metrics over this many "
                                                        "seconds of its own traffic (GET only, sends no load)")

@@ -391,12 +391,18 @@ PROBE_DRIFT_NOTE = 0.15
 
 
 def _drift_notes(conditions: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    drifts = [d for d in conditions.get("probe_drifts") or [] if isinstance(d, dict)]
+    if len(drifts) > 1:
+        moved = ", ".join(f"{float(d['change']):+.0%}" for d in drifts)
+        out.append(f"probed {len(drifts)} times because the host's speed moved under the probe ({moved}); fitted on "
+                   "the probe that moved least")
     drift = conditions.get("probe_drift")
     if not isinstance(drift, dict) or abs(float(drift.get("change") or 0.0)) <= PROBE_DRIFT_NOTE:
-        return []
-    return [f"the host's speed changed during the probe: its first point's mean TPOT was "
-            f"{drift['first_tpot_ms']:.2f} ms at the start and {drift['again_tpot_ms']:.2f} ms at the end "
-            f"({drift['change']:+.0%}); no prediction is closer than that: probe again on a quiet moment"]
+        return out
+    return [*out, f"the host's speed changed during the probe: its first point's mean TPOT was "
+                  f"{drift['first_tpot_ms']:.2f} ms at the start and {drift['again_tpot_ms']:.2f} ms at the end "
+                  f"({drift['change']:+.0%}); no prediction is closer than that: probe again on a quiet moment"]
 
 
 def _prefix_cache_notes(observed: list[Observed]) -> list[str]:
@@ -556,16 +562,51 @@ async def probe(url: str, *, points: list[ProbePoint] | None = None, model: str 
         "url": url, "server_version": version, "model": model, "date": datetime.now(UTC).isoformat(),
         "points": [p.model_dump() for p in plan], "seed": base, "results_dir": results_root,
         "serve_flags": dict(serve_flags or {})}
-    before = float(observed[0].result.get("mean_tpot_ms") or 0.0)
-    repeated = again.result.model_dump(mode="json") if again.result is not None else {}
-    after = float(repeated.get("mean_tpot_ms") or 0.0)
-    if before > 0 and after > 0:
-        conditions["probe_drift"] = {"first_tpot_ms": before, "again_tpot_ms": after, "change": after / before - 1}
+    drift = probe_drift(observed[0].result, again.result.model_dump(mode="json") if again.result is not None else {})
+    if drift is not None:
+        conditions["probe_drift"] = drift
     return observed, engine, conditions
 
 
+def probe_drift(first: dict[str, Any], again: dict[str, Any]) -> dict[str, float] | None:
+    """How far a probe's first point moved between its run at the start and its repeat at the end (mean TPOT)."""
+    before, after = float(first.get("mean_tpot_ms") or 0.0), float(again.get("mean_tpot_ms") or 0.0)
+    if before <= 0 or after <= 0:
+        return None
+    return {"first_tpot_ms": before, "again_tpot_ms": after, "change": after / before - 1}
+
+
+def _drift_size(conditions: dict[str, Any]) -> float:
+    drift = conditions.get("probe_drift")
+    return abs(float(drift.get("change") or 0.0)) if isinstance(drift, dict) else 0.0
+
+
+async def probe_steadily(url: str, *, seed: int | None = None, retries: int = 1, **kwargs: Any,
+                         ) -> tuple[list[Observed], EngineConfig, dict[str, Any]]:
+    """probe(), and when the host's speed moved more than PROBE_DRIFT_NOTE under it, probe again (at most `retries`
+    times, fresh prompts) and keep the probe that moved least; every probe's drift stays in the conditions.
+
+    On the suite's 2-core VM a probe's first point once ran twice as slow at its start as at its end (drift -50 %)
+    and every prediction from that calibration came out too slow by 35-60 %; in two accuracy runs (CI and local,
+    2026-12-07) the cases whose probes moved 24-83 % carried 5 of 15 and 7 of 11 misses."""
+    base = seed if seed is not None else random.SystemRandom().randrange(1 << 30)
+    plan = kwargs.get("points") or DEFAULT_PROBE
+    best = await probe(url, seed=base, **kwargs)
+    drifts = [best[2].get("probe_drift")]
+    for k in range(1, retries + 1):
+        if _drift_size(best[2]) <= PROBE_DRIFT_NOTE:
+            break
+        # Seeds after those of the probe before (its points and its repeat): new prompts, none in the prefix cache.
+        tried = await probe(url, seed=base + k * (len(plan) + 1), **kwargs)
+        drifts.append(tried[2].get("probe_drift"))
+        if _drift_size(tried[2]) < _drift_size(best[2]):
+            best = tried
+    best[2]["probe_drifts"] = drifts
+    return best
+
+
 async def calibrate_by_probe(url: str, **kwargs: Any) -> Calibration:
-    observed, engine, conditions = await probe(url, **kwargs)
+    observed, engine, conditions = await probe_steadily(url, **kwargs)
     return fit(observed, engine, source="probe", conditions=conditions)
 
 
