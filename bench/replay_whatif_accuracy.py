@@ -8,8 +8,8 @@ the step model or the fit can be held against the same measurements before any s
 Prints the calibration of each case, the predicted-vs-measured table and the misses, as the bench does. With --waves
 it also prints the concurrency-48 case's simulated closed loop wave by wave, in the columns that
 `bench/bench_request_path.py --intake` measures on the real server.
-tests/data/whatif/ holds seven such runs (results trimmed of per-request lists and diagnoses): three with the engine
-sharing both cores with the API server and the client, four with it on a core of its own (pinned-*).
+tests/data/whatif/ holds eight such runs (results trimmed of per-request lists and diagnoses): three with the engine
+sharing both cores with the API server and the client, five with it on a core of its own (pinned-*).
 """
 
 from __future__ import annotations
