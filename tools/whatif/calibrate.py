@@ -588,7 +588,7 @@ async def probe_steadily(url: str, *, seed: int | None = None, retries: int = 1,
 
     On the suite's 2-core VM a probe's first point once ran twice as slow at its start as at its end (drift -50 %)
     and every prediction from that calibration came out too slow by 35-60 %; in two accuracy runs (CI and local,
-    2026-12-07) the cases whose probes moved 24-83 % carried 5 of 15 and 7 of 11 misses."""
+    2026-12-07) the cases whose probes moved 24-83 % carried 5 of 12 and 7 of 11 misses."""
     base = seed if seed is not None else random.SystemRandom().randrange(1 << 30)
     plan = kwargs.get("points") or DEFAULT_PROBE
     best = await probe(url, seed=base, **kwargs)
