@@ -30,6 +30,7 @@ from vllm_tune.tools.whatif.calibrate import (
     fit,
     observed_from_result,
     probe_drift,
+    probe_seed_layout,
     probe_steadily,
 )
 from vllm_tune.tools.whatif.results import load_from_request, summarize
@@ -264,27 +265,24 @@ def evaluate_saved(results: list[dict[str, Any]], seed: int, case: Case,
     """evaluate() on the saved results of an earlier run_case (its seed picks the case's runs out of them): the
     whole protocol again, offline, for a changed model or fit."""
     by_seed = {int((r.get("provenance") or {}).get("seed") or -1): r for r in results}
-    probe_seeds = [10 * seed + i for i in range(len(QUICK_PROBE))]
+    probe_seeds = probe_seed_layout(10 * seed, len(QUICK_PROBE))[0]
     wanted = [*probe_seeds, seed, seed + 1000, seed + 3000, seed + 2000]
     missing = [s for s in wanted if s not in by_seed]
     if missing:
         raise BadInputError(f"case {case.name!r}: no saved runs with seeds {missing}")
-    # As probe_steadily chose live: a second probe (seeds after the first's points and repeat) replaces the first
-    # when its first point moved less.
-    size = len(QUICK_PROBE) + 1
+    # As probe_steadily chose live: a second probe, where one was taken, is fitted if its first point moved less.
     conditions: dict[str, Any] = {"replayed": True}
-    again = by_seed.get(probe_seeds[0] + len(QUICK_PROBE))
-    first_drift = probe_drift(by_seed[probe_seeds[0]], again) if again is not None else None
-    retry = [by_seed.get(s + size) for s in probe_seeds]
-    retry_again = by_seed.get(probe_seeds[0] + size + len(QUICK_PROBE))
-    if first_drift is not None:
-        conditions["probe_drift"] = first_drift
-    if all(r is not None for r in retry) and retry_again is not None and first_drift is not None:
-        second = probe_drift(by_seed[probe_seeds[0] + size], retry_again)
-        conditions["probe_drifts"] = [first_drift, second]
-        if second is not None and abs(second["change"]) < abs(first_drift["change"]):
-            probe_seeds = [s + size for s in probe_seeds]
-            conditions["probe_drift"] = second
+    attempts: list[tuple[list[int], dict[str, float]]] = []
+    for attempt in (0, 1):
+        seeds, again = probe_seed_layout(10 * seed, len(QUICK_PROBE), attempt)
+        drift = probe_drift(by_seed[seeds[0]], by_seed[again]) if all(s in by_seed for s in (*seeds, again)) else None
+        if drift is None:
+            break
+        attempts.append((seeds, drift))
+    if len(attempts) == 2:
+        conditions["probe_drifts"] = [d for _, d in attempts]
+    if attempts:
+        probe_seeds, conditions["probe_drift"] = min(attempts, key=lambda a: abs(a[1]["change"]))  # ties: the first
     probes = [by_seed[s] for s in probe_seeds]
     observed = [observed_from_result(r, f"probe-{i}") for i, r in enumerate(probes)]
     cache = dict((probes[0].get("server") or {}).get("cache_config") or {})

@@ -397,9 +397,9 @@ def _drift_notes(conditions: dict[str, Any]) -> list[str]:
         moved = ", ".join(f"{float(d['change']):+.0%}" for d in drifts)
         out.append(f"probed {len(drifts)} times because the host's speed moved under the probe ({moved}); fitted on "
                    "the probe that moved least")
-    drift = conditions.get("probe_drift")
-    if not isinstance(drift, dict) or abs(float(drift.get("change") or 0.0)) <= PROBE_DRIFT_NOTE:
+    if _drift_size(conditions) <= PROBE_DRIFT_NOTE:
         return out
+    drift = conditions["probe_drift"]
     return [*out, f"the host's speed changed during the probe: its first point's mean TPOT was "
                   f"{drift['first_tpot_ms']:.2f} ms at the start and {drift['again_tpot_ms']:.2f} ms at the end "
                   f"({drift['change']:+.0%}); no prediction is closer than that: probe again on a quiet moment"]
@@ -541,8 +541,9 @@ async def probe(url: str, *, points: list[ProbePoint] | None = None, model: str 
                                  save_result=results_root, seed=seed, warmup_requests=warmup,
                                  serve_flags=dict(serve_flags or {}), label=label)
 
+    seeds, again_seed = probe_seed_layout(base, len(plan))
     for i, point in enumerate(plan):
-        out = await run_benchmark(request(point, base + i, f"probe-{i}", 2 if i == 0 else 1))
+        out = await run_benchmark(request(point, seeds[i], f"probe-{i}", 2 if i == 0 else 1))
         assert out.result is not None
         result = out.result.model_dump(mode="json")
         server = result.get("server") or {}
@@ -556,7 +557,7 @@ async def probe(url: str, *, points: list[ProbePoint] | None = None, model: str 
                                                      f"out={point.output_len}"))
     # The host's speed can change under a probe (another job, a throttled CPU): its first point runs again at the
     # end, and how far that point's TPOT moved is kept (not fitted): no prediction is closer than that.
-    again = await run_benchmark(request(plan[0], base + len(plan), "probe-0-again", 1))
+    again = await run_benchmark(request(plan[0], again_seed, "probe-0-again", 1))
     engine = engine_from(cache_config, serve_flags, max_model_len)
     conditions: dict[str, Any] = {
         "url": url, "server_version": version, "model": model, "date": datetime.now(UTC).isoformat(),
@@ -566,6 +567,13 @@ async def probe(url: str, *, points: list[ProbePoint] | None = None, model: str 
     if drift is not None:
         conditions["probe_drift"] = drift
     return observed, engine, conditions
+
+
+def probe_seed_layout(base: int, points: int, attempt: int = 0) -> tuple[list[int], int]:
+    """The seeds of a probe's points and of its first point's repeat, for the probe taken `attempt` times before
+    it: each starts after the last one's, so none repeats another's prompts (the prefix cache would serve them)."""
+    start = base + attempt * (points + 1)
+    return [start + i for i in range(points)], start + points
 
 
 def probe_drift(first: dict[str, Any], again: dict[str, Any]) -> dict[str, float] | None:
@@ -596,8 +604,7 @@ async def probe_steadily(url: str, *, seed: int | None = None, retries: int = 1,
     for k in range(1, retries + 1):
         if _drift_size(best[2]) <= PROBE_DRIFT_NOTE:
             break
-        # Seeds after those of the probe before (its points and its repeat): new prompts, none in the prefix cache.
-        tried = await probe(url, seed=base + k * (len(plan) + 1), **kwargs)
+        tried = await probe(url, seed=probe_seed_layout(base, len(plan), k)[0][0], **kwargs)
         drifts.append(tried[2].get("probe_drift"))
         if _drift_size(tried[2]) < _drift_size(best[2]):
             best = tried

@@ -169,11 +169,10 @@ class Trace:
     # With an intake gap, a request that waited behind the one before it takes its count from the request that
     # started that queue: its hand-off is that request's, plus the gaps (hand_off_extra).
     others_at_send: list[int] = field(default_factory=list)
-    # How long after the last step's end each request was sent (it waits the in-flight share only while that
-    # lasts; others_at_send is 0 for a request sent after it).
-    late_at_send: list[float] = field(default_factory=list)
-    # Seconds from send to schedulable beyond request_overhead_s + the share for others_at_send: minus the
-    # lateness, or the wait in the intake queue. The calibration's rows carry it as their constant.
+    # Seconds from send to schedulable beyond request_overhead_s + the share for others_at_send: minus how long
+    # after the last step's end it was sent (it waits the in-flight share only while that lasts; others_at_send is
+    # 0 for a request sent after it), or the wait in the intake queue. The calibration's rows carry it as their
+    # constant.
     hand_off_extra: list[float] = field(default_factory=list)
     ready_step: list[int] = field(default_factory=list)
     ready_frac: list[float] = field(default_factory=list)
@@ -205,7 +204,6 @@ class _Engine:
         if keep_windows:
             self.tr.ready_step, self.tr.ready_frac = [0] * n, [0.0] * n
             self.tr.others_at_send = [0] * n
-            self.tr.late_at_send = [0.0] * n
             self.tr.hand_off_extra = [0.0] * n
             self.tr.first_step, self.tr.last_step = [0] * n, [0] * n
         self.cap = (load.max_concurrency if load.offsets is not None else load.concurrency) or n
@@ -268,7 +266,6 @@ class _Engine:
             heapq.heappush(self.ready, (ready, r))
             if self.keep:
                 self.tr.others_at_send[r] = self.queue_head_others
-                self.tr.late_at_send[r] = late
                 self.tr.hand_off_extra[r] = ready - at - hand_off(self.queue_head_others) if behind else -late
             self.next_send += 1
             self.in_flight += 1
