@@ -23,7 +23,10 @@ engine's forward pass would use.
 It is the measurement behind what_if's hand-off (knowledge/entries/whatif.yaml, whatif.simplifications). Run it
 under the shared lock on an otherwise idle box:
 
-    flock /tmp/vllm-tune-integration.lock .venv/bin/python bench/bench_request_path.py [--intake]
+    flock /tmp/vllm-tune-integration.lock .venv/bin/python bench/bench_request_path.py [--pinned] [--intake]
+
+--pinned runs the engine core on cores of its own and the API server and client on the others, as the what_if
+accuracy protocol does.
 
 --intake measures the API server's intake queue instead, as what_if's accuracy protocol runs its concurrency-48
 case: the engine core on a core of its own (tests/support/cpu_split.py), closed loops of 48 requests of 192 in /
@@ -214,11 +217,16 @@ async def main() -> int:
     model = ensure_tiny_models(build=False).llama
     work = Path(tempfile.mkdtemp(prefix="vllm-tune-request-path-"))
     traces = {b: work / f"trace-{b or 'default'}.jsonl" for b in BUDGETS}
-    servers = [start_vllm(model, [] if b is None else ["--max-num-batched-tokens", b],
-                          env={"PYTHONPATH": str(TRACE_DIR), "VLLM_TUNE_REQUEST_TRACE": str(traces[b])})
-               for b in BUDGETS]
+    # --pinned: the engine core on cores of its own, the API server and this client on the others, as what_if's
+    # accuracy protocol runs its servers (tests/support/cpu_split.py)
+    split = split_cores() if "--pinned" in sys.argv[1:] else None
+    with on_frontend_cores(split):
+        servers = [start_vllm(model, [] if b is None else ["--max-num-batched-tokens", b],
+                              env={"PYTHONPATH": str(TRACE_DIR), "VLLM_TUNE_REQUEST_TRACE": str(traces[b])},
+                              split=split)
+                   for b in BUDGETS]
     print(f"mean ms per leg over requests {SKIP + 1}-{REQUESTS} of {INPUT_LEN} in / {OUTPUT_LEN} out; "
-          f"TTFT p50 is the client's median\n")
+          f"TTFT p50 is the client's median; engine core {'pinned apart' if split else 'sharing the cores'}\n")
     print("| load | budget | TTFT p50 | " + " | ".join(LEGS) + " |")
     print("|---|---:|---:|" + "---:|" * len(LEGS))
     seed = 900
@@ -228,7 +236,8 @@ async def main() -> int:
             for name, load in LOADS:
                 for budget, server in zip(BUDGETS, servers, strict=True):
                     seed += 1
-                    records = await send_load(server.url, server.model, f"r{rep}s{seed}", seed, load)
+                    with on_frontend_cores(split):
+                        records = await send_load(server.url, server.model, f"r{rep}s{seed}", seed, load)
                     trace = read_trace(traces[budget])
                     steps[(name, budget)] += step_times(trace, records)
                     got, missing = legs(records, trace)
