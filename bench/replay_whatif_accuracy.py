@@ -1,15 +1,18 @@
 """The what_if accuracy protocol again, offline, on the runs an earlier bench_whatif_accuracy.py saved.
 
-    .venv/bin/python bench/replay_whatif_accuracy.py RESULTS_DIR|RESULTS.jsonl.gz [--seed 100]
+    .venv/bin/python bench/replay_whatif_accuracy.py RESULTS_DIR|RESULTS.jsonl.gz [--seed 100] [--waves]
+        [--ttft-split CASE]
 
 Each case's probe, run A twice and run B twice are found by their seeds (bench_whatif_accuracy.py uses 100 + case
 index, the integration test 200 + case index) and fitted and predicted with the code as it is now, so a change to
 the step model or the fit can be held against the same measurements before any server runs. Sends nothing.
 Prints the calibration of each case, the predicted-vs-measured table and the misses, as the bench does. With --waves
 it also prints the concurrency-48 case's simulated closed loop wave by wave, in the columns that
-`bench/bench_request_path.py --intake` measures on the real server.
-tests/data/whatif/ holds eight such runs (results trimmed of per-request lists and diagnoses): three with the engine
-sharing both cores with the API server and the client, five with it on a core of its own (pinned-*).
+`bench/bench_request_path.py --intake` measures on the real server. With --ttft-split CASE it prints, for that case's
+runs A and B, the mean TTFT measured outside and inside the engine (the server's queue + prefill histograms) beside
+the simulated hand-off and engine parts.
+tests/data/whatif/ holds eleven such runs (results trimmed of per-request lists and diagnoses): three with the engine
+sharing both cores with the API server and the client, eight with it on a core of its own (pinned-*).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 from vllm_tune.tools.bench.api import RunBenchmarkInput
 from vllm_tune.tools.errors import BadInputError
@@ -25,15 +29,16 @@ from vllm_tune.tools.whatif.accuracy import (
     CASES,
     Case,
     calibration_line,
+    engine_updates,
     evaluate_saved,
     failures,
     load_saved,
     summary_table,
     table,
 )
-from vllm_tune.tools.whatif.calibrate import Calibration
+from vllm_tune.tools.whatif.calibrate import Calibration, observed_from_result
 from vllm_tune.tools.whatif.results import load_from_request
-from vllm_tune.tools.whatif.simulate import run
+from vllm_tune.tools.whatif.simulate import StepModel, Trace, run
 
 
 def main() -> int:
@@ -42,6 +47,9 @@ def main() -> int:
                                                ".jsonl(.gz) of results")
     ap.add_argument("--seed", type=int, default=100, help="seed of the first case (100: the bench, 200: the test)")
     ap.add_argument("--waves", action="store_true", help="the concurrency-48 case's simulated waves")
+    ap.add_argument("--ttft-split", type=int, metavar="CASE", default=None,
+                    help="for case CASE (1-6), each run's mean TTFT split outside and inside the engine, measured "
+                         "and simulated")
     args = ap.parse_args()
     try:
         results = load_saved(args.results)
@@ -62,6 +70,8 @@ def main() -> int:
         print(f"{case.name}: {calibration_line(cal)}", flush=True)
         if args.waves and i == 0:
             print("\n".join(simulated_waves(cal, case, args.seed + 1000)) + "\n")
+        if args.ttft_split == i + 1:
+            print("\n".join(ttft_split(results, cal, case, args.seed + i)) + "\n")
     print()
     print(table(outcomes))
     print()
@@ -72,6 +82,39 @@ def main() -> int:
     for line in judged:
         print("  " + line)
     return 0
+
+
+def _schedulable(tr: Trace, model: StepModel, r: int) -> float:
+    """When simulated request r could first be scheduled: its send plus its hand-off (and intake queue)."""
+    return tr.send[r] + model.hand_off_s(tr.others_at_send[r]) + tr.hand_off_extra[r]
+
+
+def ttft_split(results: list[dict[str, Any]], cal: Calibration, case: Case, seed: int) -> list[str]:
+    """Runs A, B, A again and B again of a case: the client's mean TTFT, the server's mean queue + prefill time
+    (from the engine core taking the request in, between steps, to its first token) and the rest ("outside": the
+    client and the API server, the wait for the running step to end, the first token's way out); beside them the
+    simulated mean TTFT, hand-off (send to schedulable) and engine part (schedulable to first token, which holds
+    the wait for the running step)."""
+    by_seed = {int((r.get("provenance") or {}).get("seed") or -1): r for r in results}
+    out = ["| run | TTFT ms | server queue + prefill ms | outside ms | simulated TTFT ms | simulated hand-off ms | "
+           "simulated engine ms |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, run_seed, flags in (("A", seed, {}), ("B", seed + 1000, case.flags), ("A again", seed + 3000, {}),
+                                  ("B again", seed + 2000, case.flags)):
+        res = by_seed[run_seed]
+        server = res.get("server") or {}
+        inside = float(server.get("server_mean_queue_time_ms") or 0.0) + float(
+            server.get("server_mean_prefill_time_ms") or 0.0)
+        obs = observed_from_result(res)
+        engine = cal.engine.model_copy(update=engine_updates(flags))
+        tr = run(engine, cal.step_model, obs.load, keep_windows=True)
+        n = len(tr.send)
+        ready = [_schedulable(tr, cal.step_model, r) for r in range(n)]
+        sim_ttft = statistics.mean(tr.first[r] - tr.send[r] for r in range(n)) * 1e3
+        hand_off = statistics.mean(ready[r] - tr.send[r] for r in range(n)) * 1e3
+        ttft = float(res["mean_ttft_ms"])
+        out.append(f"| {name} | {ttft:.1f} | {inside:.1f} | {ttft - inside:.1f} | {sim_ttft:.1f} | {hand_off:.1f} | "
+                   f"{sim_ttft - hand_off:.1f} |")
+    return out
 
 
 def simulated_waves(cal: Calibration, case: Case, seed: int) -> list[str]:
@@ -86,8 +129,7 @@ def simulated_waves(cal: Calibration, case: Case, seed: int) -> list[str]:
            "|---|---:|---:|---:|---:|"]
     for w in range(0, len(order), size):
         rows = order[w:w + size]
-        engine = sorted((tr.first[r] - tr.send[r] - model.hand_off_s(tr.others_at_send[r]) - tr.hand_off_extra[r])
-                        * 1e3 for r in rows)
+        engine = sorted((tr.first[r] - _schedulable(tr, model, r)) * 1e3 for r in rows)
         ttft = sorted((tr.first[r] - tr.send[r]) * 1e3 for r in rows)
         sent, done = [tr.send[r] * 1e3 for r in rows], [tr.last[r] * 1e3 for r in rows]
         out.append(f"| {w // size + 1} | {min(sent):.0f}-{max(sent):.0f} | {min(done):.0f}-{max(done):.0f} | "

@@ -234,7 +234,7 @@ def evaluate(case: Case, seed: int, a_flags: dict[str, str], runs: CaseRuns) -> 
     b_flags = {**a_flags, **case.flags}
     cache = dict((got.get("server") or {}).get("cache_config") or {})
     b_engine = engine_from(cache, b_flags, cal.engine.max_model_len) if cache else \
-        cal.engine.model_copy(update=_engine_updates(b_flags))
+        cal.engine.model_copy(update=engine_updates(b_flags))
     pred_ref = predict(cal, cal.engine, ref_req)
     pred = predict(cal, b_engine, b_req)
     outcome = CaseOutcome(case)
@@ -320,7 +320,8 @@ def queue_share(window: dict[str, Any]) -> float:
     return float(queue) / float(e2e) if queue is not None and e2e else 0.0
 
 
-def _engine_updates(flags: dict[str, str]) -> dict[str, Any]:
+def engine_updates(flags: dict[str, str]) -> dict[str, Any]:
+    """A case's server flags (vLLM's names, with or without dashes) as EngineConfig updates."""
     out: dict[str, Any] = {}
     for key in ("max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks_override", "block_size"):
         for name in (key, "--" + key.replace("_", "-")):
