@@ -31,8 +31,10 @@ accuracy protocol does.
 --intake measures the API server's intake queue instead, as what_if's accuracy protocol runs its concurrency-48
 case: the engine core on a core of its own (tests/support/cpu_split.py), closed loops of 48 requests of 192 in /
 96 out sent with run_benchmark's own streaming transport (each tagged), and prints how far apart the requests of
-a wave reach add_request, beside the legs above (what_if's StepModel.intake_gap_s), then each wave's spread and
-waits; `--concurrency N` runs the same load with N streams (3 N requests).
+a wave reach add_request, beside the legs above (what_if's StepModel.intake_gap_s), then the requests after the
+first wave by their place in the bursts they were sent in, and each wave's spread and waits; `--concurrency N` runs
+the same load with N streams (3 N requests), `--load C,N,IN,OUT` another closed loop (concurrency, requests, input
+and output tokens) and `--budget B` sets the server's --max-num-batched-tokens.
 """
 
 from __future__ import annotations
@@ -334,17 +336,51 @@ def waves(records: list[dict[str, Any]], trace: Trace, concurrency: int = INTAKE
     return out
 
 
+BURST_MS = 1.0  # sends closer than this after the one before them count as one burst
+
+
+def burst_positions(records: list[dict[str, Any]], trace: Trace, concurrency: int) -> list[str]:
+    """Rows per place in a burst (0: its first request): how long requests at that place took from the client's send
+    to add_request and from the engine core's queue to their first token, and their TTFT (ms, medians). Requests of
+    a burst that the API server takes in one after another wait longer the later their place."""
+    later = sorted((r for r in records if r["i"] >= concurrency and r["first"] is not None), key=lambda r: r["send"])
+    places: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    place, prev = 0, -math.inf
+    for r in later:
+        place = place + 1 if (r["send"] - prev) * 1e3 < BURST_MS else 0
+        prev = r["send"]
+        places[place].append(r)
+    out = []
+    for k in sorted(places):
+        rows = places[k]
+        intake = [(trace.adds[rid][0] - r["send"]) * 1e3 for r in rows if (rid := f"cmpl-{r['id']}-0") in trace.adds]
+        queued = [(trace.first[rid][0] - trace.events[rid][QUEUED]) * 1e3 for r in rows
+                  if QUEUED in trace.events.get(rid := f"cmpl-{r['id']}-0", {}) and rid in trace.first]
+        ttft = [(r["first"] - r["send"]) * 1e3 for r in rows]
+        out.append(f"| {k} | {len(rows)} | {statistics.median(intake) if intake else math.nan:.1f} / "
+                   f"{statistics.fmean(intake) if intake else math.nan:.1f} | "
+                   f"{statistics.median(queued) if queued else math.nan:.1f} | {statistics.median(ttft):.1f} |")
+    return out
+
+
+def _arg(name: str) -> str | None:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv[:-1] else None
+
+
 async def main_intake() -> int:
     model = ensure_tiny_models(build=False).llama
     work = Path(tempfile.mkdtemp(prefix="vllm-tune-request-path-"))
     trace_path = work / "trace-intake.jsonl"
     split = split_cores()
-    server = start_vllm(model, [], env={"PYTHONPATH": str(TRACE_DIR), "VLLM_TUNE_REQUEST_TRACE": str(trace_path)},
+    flags = ["--max-num-batched-tokens", _arg("--budget")] if _arg("--budget") else []
+    server = start_vllm(model, flags, env={"PYTHONPATH": str(TRACE_DIR), "VLLM_TUNE_REQUEST_TRACE": str(trace_path)},
                         split=split)
     concurrency, n, input_len, output_len = INTAKE_LOAD
-    if "--concurrency" in sys.argv:  # the same load at another concurrency, three waves of it
-        concurrency = int(sys.argv[sys.argv.index("--concurrency") + 1])
+    if _arg("--concurrency"):  # the same load at another concurrency, three waves of it
+        concurrency = int(_arg("--concurrency") or 0)
         n = 3 * concurrency
+    if _arg("--load"):  # concurrency, requests, input and output tokens
+        concurrency, n, input_len, output_len = (int(v) for v in (_arg("--load") or "").split(","))
     load = (concurrency, n, input_len, output_len)
     print(f"closed loop of {concurrency}, {n} requests of {input_len} in / {output_len} out, engine core "
           f"{'on cores of its own' if split else 'sharing the cores (one CPU)'}; ms\n")
@@ -355,6 +391,7 @@ async def main_intake() -> int:
         with on_frontend_cores(split):
             await send_tagged(server.url, server.model, "warm", 1, load)  # first requests after start-up are slower
             by_wave: list[list[str]] = []
+            by_burst: list[list[str]] = []
             for rep in range(2):
                 records = await send_tagged(server.url, server.model, f"i{rep}", 500 + rep, load)
                 trace = read_trace(trace_path)
@@ -365,6 +402,13 @@ async def main_intake() -> int:
                 print(f"| {rep + 1} | {statistics.median(got['ttft']):.1f} | {wave[0]:.1f} / {wave[-1]:.1f} | "
                       f"{q[0]:.2f} / {q[1]:.2f} / {q[2]:.2f} ({len(gaps)}) | {cells} |", flush=True)
                 by_wave.append(waves(records, trace, concurrency))
+                by_burst.append(burst_positions(records, trace, concurrency))
+            for rep, rows in enumerate(by_burst):
+                print(f"\nrun {rep + 1}: requests after the first wave by their place among those sent within "
+                      f"{BURST_MS:g} ms of each other (a closed loop's requests that finished in one step)\n\n"
+                      "| place | requests | send to add_request p50 / mean | queued to first token p50 | TTFT p50 |\n"
+                      "|---:|---:|---:|---:|---:|")
+                print("\n".join(rows))
             for rep, rows in enumerate(by_wave):
                 print(f"\nrun {rep + 1} by wave (ms from its first send)\n\n| wave | sent | finished | send to "
                       "add_request p50 | queued to first token p50 / max | TTFT p50 / p90 |\n"
