@@ -157,3 +157,27 @@ def test_a_replay_fits_on_the_second_probe_when_the_first_moved_more() -> None:
     assert any("speed changed during the probe" in n for n in cal_first.notes)
     assert cal_first.step_model.fixed_s > 1.3 * TRUE.fixed_s
     assert next(r for r in outcome_first.rows if r.metric == "median_itl_ms").error > 0.3
+
+
+def test_held_out_summary_counts_judged_predictions_per_kind_of_metric() -> None:
+    from vllm_tune.tools.whatif.accuracy import Row
+    from vllm_tune.tools.whatif.heldout import summarize
+
+    rows = [
+        # throughput: +10 % (within 20 %), and a B pair 40 % apart (not judged)
+        Row("c", "request_throughput", 10.0, 10.0, 11.0, 10.0, 10.0, 10.0),
+        Row("c", "request_throughput", 10.0, 8.0, 30.0, 10.0, 12.0, 10.0),
+        # p50: -25 % (a miss) and +5 %; the first falls from A to B by half, predicted to rise: a wrong direction
+        Row("c", "median_ttft_ms", 200.0, 100.0, 75.0, 50.0, 100.0, 200.0),
+        Row("c", "median_tpot_ms", 2.0, 2.0, 2.1, 2.0, 2.0, 2.0),
+        # p90: +30 % (within 35 %)
+        Row("c", "p90_ttft_ms", 100.0, 100.0, 130.0, 100.0, 100.0, 100.0),
+    ]
+    out = summarize({"run-1": [CaseOutcome(QUEUES, rows=rows)]})
+    assert out["runs"] == ["run-1"] and out["cases_per_run"] == 1
+    assert out["kinds"]["throughput"] == {"judged": 1, "within_target": 1, "target": 0.2, "median_error": 0.1,
+                                          "p90_error": 0.1, "worst_error": 0.1}
+    p50 = out["kinds"]["p50"]
+    assert (p50["judged"], p50["within_target"], p50["worst_error"]) == (2, 1, 0.25)
+    assert out["kinds"]["p90"]["target"] == 0.35 and out["kinds"]["p90"]["within_target"] == 1
+    assert out["directions"] == {"judged": 1, "right": 0}

@@ -13,13 +13,17 @@ Offline, with every table: bench/replay_whatif_accuracy.py FILE.
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from vllm_tune.tools.whatif.accuracy import CASES, QUICK_PROBE, evaluate_saved, failures, load_saved
+from vllm_tune.tools.whatif import heldout
+from vllm_tune.tools.whatif.accuracy import CASES, QUICK_PROBE, CaseOutcome, evaluate_saved, failures, load_saved
+from vllm_tune.tools.whatif.heldout import HELDOUT_FILE, document
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "whatif"
 
@@ -56,12 +60,18 @@ SIZES = {"pinned-2026-12-07T0455.jsonl.gz": 54, "pinned-2026-12-07T0513.jsonl.gz
          "pinned-2026-12-07T0727.jsonl.gz": 89}
 
 
+@functools.cache
+def _replayed(name: str) -> list[CaseOutcome]:
+    """Every case of a saved run fitted and predicted with the current model (bench seeds 100+)."""
+    results = load_saved(DATA / name)
+    return [evaluate_saved(results, 100 + i, case)[1] for i, case in enumerate(CASES)]
+
+
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_predictions_on_a_saved_real_run_do_not_fall_back(name: str) -> None:
     judged_n, most_misses, poisson_error = RUNS[name]
-    results = load_saved(DATA / name)
-    assert len(results) == SIZES.get(name, 48)
-    outcomes = [evaluate_saved(results, 100 + i, case)[1] for i, case in enumerate(CASES)]
+    assert len(load_saved(DATA / name)) == SIZES.get(name, 48)
+    outcomes = _replayed(name)
     # What the two runs of each B let be judged on that host: a property of the data, not of the model.
     assert sum(r.judgeable for oc in outcomes for r in oc.rows) == judged_n
     # Every case reached the state it exists for, in the measurement and in the prediction.
@@ -137,3 +147,17 @@ def test_the_ttft_split_of_the_chunked_case_shows_where_its_prediction_misses() 
         assert engine == pytest.approx(sim_ttft - hand_off, abs=0.15) and hand_off > 0
     a, b, a_again, b_again = rows
     assert min(a[2], a_again[2]) > max(b[2], b_again[2]) + 8  # measured outside: 24-25 ms against 14 ms
+
+
+def test_the_held_out_accuracy_what_if_states_is_what_the_saved_runs_give() -> None:
+    # Every what_if answer quotes knowledge/calibration/whatif-heldout.yaml (tools/whatif/heldout.py). It must be what
+    # the saved runs give with the model as it is: a change to the model, or a new saved run, without
+    # `python scripts/whatif_heldout.py` fails here.
+    names = sorted(p.name for p in DATA.glob("*.jsonl.gz"))
+    assert names == sorted(RUNS)
+    stored = yaml.safe_load(HELDOUT_FILE.read_text(encoding="utf-8"))
+    assert stored == document({name: _replayed(name) for name in names})
+    note = heldout.note()
+    assert note is not None and f"{len(names)} accuracy-protocol runs" in note
+    k = stored["kinds"]["p50"]
+    assert f"p50 latencies within 20% in {k['within_target']}/{k['judged']}" in note

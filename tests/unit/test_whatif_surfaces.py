@@ -148,3 +148,13 @@ async def test_a_metric_the_calibration_misses_on_its_own_run_is_not_predicted()
     assert all(isinstance(row["request_throughput"], float) for row in out.table)  # within the limit: kept
     assert any(n.startswith("not enough data for median_tpot_ms") for n in out.notes)
     assert out.baseline.result.median_tpot_ms is not None  # the simulated result itself keeps the number
+
+
+@pytest.mark.anyio
+async def test_every_answer_says_how_such_predictions_held_against_real_runs() -> None:
+    # The held-out accuracy of the protocol's saved runs (knowledge/calibration/whatif-heldout.yaml, checked against
+    # a replay in test_whatif_replay_real.py) is the uncertainty an estimate carries beyond its own calibration's fit.
+    sample = Path(__file__).resolve().parents[2] / "knowledge" / "samples" / "runs" / "max-num-seqs-2.json"
+    out = await what_if(WhatIfInput(from_result=[str(sample)], variants=[{"max_num_seqs": "4"}]))
+    [held] = [n for n in out.notes if n.startswith("held out on real vLLM")]
+    assert "p90 latencies within 35% in" in held and "whatif-heldout.yaml" in held

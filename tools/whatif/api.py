@@ -18,6 +18,7 @@ from vllm_tune.tools.bench.capacity import CapacityResult, SearchVariable, searc
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.slo import GoodputSlo, check_search_slo
 from vllm_tune.tools.whatif import calibrate as cal_mod
+from vllm_tune.tools.whatif import heldout
 from vllm_tune.tools.whatif.calibrate import Calibration, Residual
 from vllm_tune.tools.whatif.results import load_from_request, summarize
 from vllm_tune.tools.whatif.simulate import EngineConfig, EstimateKind, run
@@ -351,6 +352,9 @@ async def what_if(req: WhatIfInput) -> WhatIfOutput:
     notes = ["predictions come from a scheduler simulation calibrated on this server's step times; what it "
              "leaves out (prefix-cache hits, speculative decoding, async-scheduling overlap) is listed in "
              "kb://entries/whatif.simplifications"]
+    held = heldout.note()
+    if held:
+        notes.append(held)
     notes.extend(cal.notes)
     if cal.max_abs_relative_error is not None and cal.max_abs_relative_error > 0.2:
         notes.append(f"the calibration reproduces its own runs only within {cal.max_abs_relative_error:.0%}; "

@@ -1,0 +1,50 @@
+"""Replay the what_if accuracy protocol's saved runs and write knowledge/calibration/whatif-heldout.yaml.
+
+    python scripts/whatif_heldout.py          # replay tests/data/whatif/*.jsonl.gz and write
+    python scripts/whatif_heldout.py --check  # exit 1 when the stored file is not what the runs give
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from vllm_tune.tools.whatif.accuracy import CASES, CaseOutcome, evaluate_saved, load_saved
+from vllm_tune.tools.whatif.heldout import HELDOUT_FILE, document
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "whatif"
+
+
+def replay_all(data: Path = DATA) -> dict[str, list[CaseOutcome]]:
+    """Every saved run under `data`, each case fitted and predicted with the current model (bench seeds 100+)."""
+    out: dict[str, list[CaseOutcome]] = {}
+    for path in sorted(data.glob("*.jsonl.gz")):
+        results = load_saved(path)
+        out[path.name] = [evaluate_saved(results, 100 + i, case)[1] for i, case in enumerate(CASES)]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="compare with the stored file instead of writing")
+    args = ap.parse_args(argv)
+    doc = document(replay_all())
+    for kind, k in doc["kinds"].items():
+        print(f"{kind}: {k['within_target']} of {k['judged']} within {k['target']:.0%}, median |error| "
+              f"{k['median_error']:.1%}, p90 {k['p90_error']:.1%}, worst {k['worst_error']:.1%}")
+    if args.check:
+        stored = yaml.safe_load(HELDOUT_FILE.read_text(encoding="utf-8")) if HELDOUT_FILE.exists() else None
+        if stored != doc:
+            print(f"{HELDOUT_FILE} is stale: run python scripts/whatif_heldout.py", file=sys.stderr)
+            return 1
+        return 0
+    HELDOUT_FILE.write_text(yaml.safe_dump(doc, sort_keys=False, width=110), encoding="utf-8")
+    print(f"wrote {HELDOUT_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
