@@ -88,6 +88,7 @@ def test_cli_prints_the_simulated_search_and_refuses_half_given_flags(
     assert main([*args, "--simulate", "--calibration", calibration]) == 0
     out = capsys.readouterr().out
     assert "SLO capacity (simulated)" in out and "no search load was sent" in out and "uncertainty:" in out
+    assert "held out on real vLLM" in out  # how such predictions landed on real runs (whatif-heldout.yaml)
     assert main([*args, "--simulate"]) == 2
     assert "--simulate needs one calibration" in capsys.readouterr().err
     assert main([*args, "--verify"]) == 2

@@ -27,6 +27,7 @@ from vllm_tune.tools.bench.store import MAX_RESULT_BYTES, ResultStore, RunStatus
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.files import allowed, read_text
 from vllm_tune.tools.net.targets import TargetPolicy
+from vllm_tune.tools.whatif import heldout
 from vllm_tune.tools.whatif.api import WhatIfInput, calibrate_for, engine_for, range_warnings, simulate_capacity
 from vllm_tune.tools.whatif.calibrate import DEFAULT_PROBE, Calibration, max_residual
 from vllm_tune.tools.whatif.results import load_from_request, summarize
@@ -176,6 +177,9 @@ async def simulated_search(req: RunBenchmarkInput, *, report: ProgressCallback |
             sim.warnings += range_warnings(cal, engine, base.model_copy(update=at), batches.get(cap.capacity))
         sim.notes.append("simulated: no search load was sent; the scheduler model and what it leaves out are in "
                          "kb://entries/whatif.simplifications")
+        held = heldout.note()
+        if held:
+            sim.notes.append(held)
         if spec.verify:
             if cap.capacity is None:
                 sim.notes.append("nothing to verify: no load met the SLO in the simulation")
