@@ -20,7 +20,7 @@ decoding and prefilling requests, without and with a request in intake (between 
 engine core's queue): on the suite's 2-core host the API server's work on a new request takes cores the
 engine's forward pass would use.
 
-It is the measurement behind what_if's hand-off (knowledge/entries/whatif.yaml, whatif.simplifications). Run it
+It is the measurement behind what_if's hand-off (knowledge/entries/whatif.yaml, whatif.calibration-log). Run it
 under the shared lock on an otherwise idle box:
 
     flock /tmp/vllm-tune-integration.lock .venv/bin/python bench/bench_request_path.py [--pinned] [--intake]

@@ -6,7 +6,7 @@ that a drift of the host's speed shows as round-to-round spread rather than as a
 or batch sizes. Prints each run's client mean TPOT and the server's own mean ITL (engine-core timestamps).
 
 This is the measurement behind what_if's notes on the max_num_seqs case (knowledge/entries/whatif.yaml,
-whatif.simplifications): B runs 6 sequences at --max-num-seqs 6 and was predicted slower than it ran.
+whatif.calibration-log): B runs 6 sequences at --max-num-seqs 6 and was predicted slower than it ran.
 Run it under the shared lock on an otherwise idle box:
 
     flock /tmp/vllm-tune-integration.lock .venv/bin/python bench/bench_step_batch.py \\

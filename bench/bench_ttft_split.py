@@ -6,7 +6,7 @@ the client's mean and median TTFT, the server's mean TTFT, queue time (waiting f
 time (first scheduled to first token), and what is left of the server's TTFT outside those two: the API
 server taking the request in, the wait for the engine's running step to end, and the first token's way out.
 
-This is the measurement behind what_if's hand-off term (knowledge/entries/whatif.yaml, whatif.simplifications):
+This is the measurement behind what_if's hand-off term (knowledge/entries/whatif.yaml, whatif.calibration-log):
 the simulator charges a hand-off that grows with the requests in flight, and this shows when that holds.
 Run it under the shared lock on an otherwise idle box:
 

@@ -34,13 +34,13 @@ from vllm_tune.tools.whatif.accuracy import CASES, CaseOutcome, calibration_line
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
-# Not met yet on every metric (README, what_if section; whatif.simplifications in the knowledge base). With the
-# engine on a core of its own, the saved pinned bench runs on the suite's 2-core VM replay with 1 to 11 misses (1-5 on
-# quiet moments): the max_num_batched_tokens=256 case's p50 TTFT predicted high on most of them (the hand-off outside
-# the engine is shorter when chunking staggers the closed loop, which the simulator does not model), and misses that
-# follow the host's speed between the probe and the runs. Every case must still reach the state it exists for (a
-# failure otherwise); accuracy misses are reported as an expected failure with the table until they are gone, then
-# this becomes a plain assertion.
+# Not met yet on every metric (README, what_if section; whatif.simplifications and whatif.calibration-log in the
+# knowledge base). With the engine on a core of its own, the saved pinned bench runs on the suite's 2-core VM replay
+# with 1 to 11 misses (1-5 on quiet moments): the max_num_batched_tokens=256 case's p50 TTFT predicted high on most of
+# them (the hand-off outside the engine is shorter when chunking staggers the closed loop, which the simulator does
+# not model), and misses that follow the host's speed between the probe and the runs. Every case must still reach the
+# state it exists for (a failure otherwise); accuracy misses are reported as an expected failure with the table until
+# they are gone, then this becomes a plain assertion.
 KNOWN_MISSES = ("issue 16 targets not met on every metric (the max_num_batched_tokens case's p50 TTFT predicted high, "
                 "and misses that follow the host's speed; see README what_if section)")
 
