@@ -7,9 +7,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-import yaml
+from generated_file import write_or_check
 
 from vllm_tune.tools.parallel.fitfile import build_document
 from vllm_tune.tools.parallel.measured import load_measured
@@ -21,21 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="compare with the stored file instead of writing")
     args = ap.parse_args(argv)
     doc, result = build_document(load_measured())
-    text = yaml.safe_dump(doc, sort_keys=False, width=110)
     r = doc["residuals"]
     print(f"{len(result.points)} measured figures, {r['kind']} output tok/s |est/meas-1|: median "
           f"{r['median']:.1%}, p90 {r['p90']:.1%}; rankings {result.rank_right}/{result.rank_total}")
-    if args.check:
-        stored = yaml.safe_load(FIT_FILE.read_text(encoding="utf-8")) if FIT_FILE.exists() else None
-        if stored != doc:
-            print(f"{FIT_FILE} is stale: run python scripts/fit_plan_estimator.py", file=sys.stderr)
-            return 1
-        return 0
-    FIT_FILE.parent.mkdir(parents=True, exist_ok=True)
-    FIT_FILE.write_text(text, encoding="utf-8")
-    print(f"wrote {FIT_FILE}")
-    return 0
+    return write_or_check(FIT_FILE, doc, "scripts/fit_plan_estimator.py", check=args.check)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

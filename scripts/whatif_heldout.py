@@ -7,10 +7,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-import yaml
+from generated_file import write_or_check
 
 from vllm_tune.tools.whatif.accuracy import CASES, CaseOutcome, evaluate_saved, load_saved
 from vllm_tune.tools.whatif.heldout import HELDOUT_FILE, document
@@ -35,15 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     for kind, k in doc["kinds"].items():
         print(f"{kind}: {k['within_target']} of {k['judged']} within {k['target']:.0%}, median |error| "
               f"{k['median_error']:.1%}, p90 {k['p90_error']:.1%}, worst {k['worst_error']:.1%}")
-    if args.check:
-        stored = yaml.safe_load(HELDOUT_FILE.read_text(encoding="utf-8")) if HELDOUT_FILE.exists() else None
-        if stored != doc:
-            print(f"{HELDOUT_FILE} is stale: run python scripts/whatif_heldout.py", file=sys.stderr)
-            return 1
-        return 0
-    HELDOUT_FILE.write_text(yaml.safe_dump(doc, sort_keys=False, width=110), encoding="utf-8")
-    print(f"wrote {HELDOUT_FILE}")
-    return 0
+    return write_or_check(HELDOUT_FILE, doc, "scripts/whatif_heldout.py", check=args.check)
 
 
 if __name__ == "__main__":
