@@ -9,13 +9,15 @@ test replays the same runs and checks the file is what they give, so the numbers
 from __future__ import annotations
 
 import functools
-import statistics
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from vllm_tune.tools.whatif.accuracy import CaseOutcome
+from vllm_tune.tools.bench.metrics import percentile
+
+if TYPE_CHECKING:
+    from vllm_tune.tools.whatif.accuracy import CaseOutcome
 
 HELDOUT_FILE = Path(__file__).resolve().parents[2] / "knowledge" / "calibration" / "whatif-heldout.yaml"
 # The kinds of metric, as the note names them; each is held to its own target (Row.tolerance: 20 % for throughput
@@ -25,10 +27,6 @@ KINDS = {"throughput": "throughput", "p50": "p50 latencies", "p90": "p90 latenci
 
 def _kind(metric: str) -> str:
     return "throughput" if metric == "request_throughput" else ("p90" if metric.startswith("p90") else "p50")
-
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    return sorted_values[int(q * (len(sorted_values) - 1))]
 
 
 def summarize(runs: dict[str, list[CaseOutcome]]) -> dict[str, Any]:
@@ -42,8 +40,8 @@ def summarize(runs: dict[str, list[CaseOutcome]]) -> dict[str, Any]:
         errors = sorted(abs(r.error) for r in judged)
         kinds[kind] = {"judged": len(judged), "within_target": sum(r.within for r in judged),
                        "target": judged[0].tolerance if judged else None,
-                       "median_error": round(statistics.median(errors), 3) if errors else None,
-                       "p90_error": round(_quantile(errors, 0.9), 3) if errors else None,
+                       "median_error": round(percentile(errors, 50), 3) if errors else None,
+                       "p90_error": round(percentile(errors, 90), 3) if errors else None,
                        "worst_error": round(errors[-1], 3) if errors else None}
     changes = [r for r in rows if r.direction_judged]
     return {"runs": sorted(runs), "cases_per_run": max((len(o) for o in runs.values()), default=0), "kinds": kinds,
