@@ -10,7 +10,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from bench_request_path import INTAKE_LOAD, QUEUED, SCHEDULED, contention_rows, read_trace, step_times, waves
+from bench_request_path import (
+    INTAKE_LOAD,
+    QUEUED,
+    SCHEDULED,
+    burst_positions,
+    contention_rows,
+    read_trace,
+    step_times,
+    waves,
+)
 
 
 def _batch(engine: float, tokens: dict[str, int], events: dict[str, list[tuple[int, float]]]) -> dict[str, object]:
@@ -63,3 +72,20 @@ def test_waves_of_a_closed_loop_are_read_in_send_order(tmp_path: Path) -> None:
     # queued to first token 20..67 ms (median 43.5), TTFT 35..82 ms (median 58.5, the 90th of 48 is the 43rd: 77)
     assert got == ["| 1 | 0-47 | 400-447 | 4.0 | 43.5 / 67.0 | 58.5 / 77.0 |",
                    "| 2 | 500-547 | 900-947 | 4.0 | 43.5 / 67.0 | 58.5 / 77.0 |"]
+
+
+def test_requests_after_the_first_wave_are_grouped_by_their_place_in_a_burst(tmp_path: Path) -> None:
+    # A closed loop of 2: requests 0-1 are the first wave (left out). Requests 2 and 3 are sent 0.5 ms apart (one
+    # burst: places 0 and 1), request 4 alone 20 ms later (place 0). Request 3 waits 3 ms longer for add_request.
+    trace, records, rows = tmp_path / "trace.jsonl", [], []
+    sends = {0: 1.0, 1: 1.0, 2: 2.0, 3: 2.0005, 4: 2.0205}
+    intake = {0: 0.004, 1: 0.004, 2: 0.004, 3: 0.007, 4: 0.006}
+    for i, send in sends.items():
+        rid = f"i0-{i}"
+        queued, first = send + 0.010, send + 0.030
+        rows.append(_batch(first, {rid: 1}, {rid: [(QUEUED, queued), (SCHEDULED, queued + 0.001)]}))
+        rows.append({"kind": "add", "id": f"cmpl-{rid}-0", "entered": send + intake[i], "left": send + intake[i]})
+        records.append({"id": rid, "i": i, "send": send, "first": first + 0.002, "done": send + 0.2})
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = burst_positions(records, read_trace(trace), concurrency=2)
+    assert got == ["| 0 | 2 | 5.0 / 5.0 | 20.0 | 32.0 |", "| 1 | 1 | 7.0 / 7.0 | 20.0 | 32.0 |"]
