@@ -39,6 +39,7 @@ and output tokens) and `--budget B` sets the server's --max-num-batched-tokens.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import itertools
 import json
@@ -123,6 +124,11 @@ class Trace:
     batches: list[tuple[float, list[str]]] = field(default_factory=list)  # engine time, ids with tokens; in order
 
 
+def engine_id(rec: dict[str, Any]) -> str:
+    """The request id vLLM 0.32.0's completions handler gives a one-prompt request tagged with X-Request-Id."""
+    return f"cmpl-{rec['id']}-0"
+
+
 def read_trace(path: Path) -> Trace:
     out = Trace()
     for line in path.read_text().splitlines():
@@ -131,8 +137,8 @@ def read_trace(path: Path) -> Trace:
             out.adds[rec["id"]] = (rec["entered"], rec["left"])
             continue
         ids = []
-        for engine_id, new_tokens, evs in rec["requests"]:
-            rid = engine_id.rsplit("-", 1)[0]
+        for core_id, new_tokens, evs in rec["requests"]:
+            rid = core_id.rsplit("-", 1)[0]  # the engine core adds one more suffix
             for kind, ts in evs:
                 out.events[rid].setdefault(kind, ts)
             if new_tokens:
@@ -151,7 +157,7 @@ def legs(records: list[dict[str, Any]], trace: Trace) -> tuple[dict[str, list[fl
     for rec in records:
         if rec["i"] < SKIP:
             continue
-        rid = f"cmpl-{rec['id']}-0"  # as vLLM 0.32.0's completions handler names it (one prompt)
+        rid = engine_id(rec)
         ev, fo = events.get(rid, {}), first.get(rid)
         if rid not in adds or QUEUED not in ev or SCHEDULED not in ev or fo is None or rec["first"] is None:
             missing += 1
@@ -176,8 +182,8 @@ def step_times(trace: Trace, records: list[dict[str, Any]]) -> list[tuple[float,
         for rid in ids:
             first.setdefault(rid, i)
     intake = [(rec["send"], events[rid][QUEUED]) for rec in records
-              if QUEUED in events.get(rid := f"cmpl-{rec['id']}-0", {})]
-    ours = {f"cmpl-{rec['id']}-0" for rec in records}
+              if QUEUED in events.get(rid := engine_id(rec), {})]
+    ours = {engine_id(rec) for rec in records}
     scheduled = [(events[rid][SCHEDULED], rid) for rid in ours if SCHEDULED in events.get(rid, {})]
     lo = min((s for s, _ in intake), default=math.inf)
     out: list[tuple[float, int, int, float]] = []
@@ -215,13 +221,13 @@ def contention_rows(steps: list[tuple[float, int, int, float]], min_steps: int =
     return rows
 
 
-async def main() -> int:
+async def main(args: argparse.Namespace) -> int:
     model = ensure_tiny_models(build=False).llama
     work = Path(tempfile.mkdtemp(prefix="vllm-tune-request-path-"))
     traces = {b: work / f"trace-{b or 'default'}.jsonl" for b in BUDGETS}
     # --pinned: the engine core on cores of its own, the API server and this client on the others, as what_if's
     # accuracy protocol runs its servers (tests/support/cpu_split.py)
-    split = split_cores() if "--pinned" in sys.argv[1:] else None
+    split = split_cores() if args.pinned else None
     with on_frontend_cores(split):
         servers = [start_vllm(model, [] if b is None else ["--max-num-batched-tokens", b],
                               env={"PYTHONPATH": str(TRACE_DIR), "VLLM_TUNE_REQUEST_TRACE": str(traces[b])},
@@ -299,7 +305,7 @@ def intake_gaps(records: list[dict[str, Any]], trace: Trace,
                 concurrency: int = INTAKE_LOAD[0]) -> tuple[list[float], list[float]]:
     """(ms from the first send of the first wave to each of its requests' add_request, ms between consecutive
     add_request entries of requests that waited for each other after the first wave)."""
-    entered = {rec["i"]: trace.adds[rid][0] for rec in records if (rid := f"cmpl-{rec['id']}-0") in trace.adds}
+    entered = {rec["i"]: trace.adds[rid][0] for rec in records if (rid := engine_id(rec)) in trace.adds}
     first_wave = sorted(t for i, t in entered.items() if i < concurrency)
     start = min(rec["send"] for rec in records)
     later = sorted(t for i, t in entered.items() if i >= concurrency)
@@ -323,9 +329,9 @@ def waves(records: list[dict[str, Any]], trace: Trace, concurrency: int = INTAKE
         # Queued until the engine core's batch with the first token: the queue and the prefill, as the simulator's
         # time from ready to first token.
         queue = sorted((trace.first[rid][0] - trace.events[rid][QUEUED]) * 1e3 for r in rows
-                       if QUEUED in trace.events.get(rid := f"cmpl-{r['id']}-0", {}) and rid in trace.first)
+                       if QUEUED in trace.events.get(rid := engine_id(r), {}) and rid in trace.first)
         ttft = sorted((r["first"] - r["send"]) * 1e3 for r in rows)
-        intake = [(trace.adds[rid][0] - r["send"]) * 1e3 for r in rows if (rid := f"cmpl-{r['id']}-0") in trace.adds]
+        intake = [(trace.adds[rid][0] - r["send"]) * 1e3 for r in rows if (rid := engine_id(r)) in trace.adds]
         sends = [(r["send"] - start) * 1e3 for r in rows]
         dones = [(r["done"] - start) * 1e3 for r in rows if r["done"] is not None]
         out.append(f"| {w // concurrency + 1} | {min(sends):.0f}-{max(sends):.0f} | "
@@ -353,9 +359,9 @@ def burst_positions(records: list[dict[str, Any]], trace: Trace, concurrency: in
     out = []
     for k in sorted(places):
         rows = places[k]
-        intake = [(trace.adds[rid][0] - r["send"]) * 1e3 for r in rows if (rid := f"cmpl-{r['id']}-0") in trace.adds]
+        intake = [(trace.adds[rid][0] - r["send"]) * 1e3 for r in rows if (rid := engine_id(r)) in trace.adds]
         queued = [(trace.first[rid][0] - trace.events[rid][QUEUED]) * 1e3 for r in rows
-                  if QUEUED in trace.events.get(rid := f"cmpl-{r['id']}-0", {}) and rid in trace.first]
+                  if QUEUED in trace.events.get(rid := engine_id(r), {}) and rid in trace.first]
         ttft = [(r["first"] - r["send"]) * 1e3 for r in rows]
         out.append(f"| {k} | {len(rows)} | {statistics.median(intake) if intake else math.nan:.1f} / "
                    f"{statistics.fmean(intake) if intake else math.nan:.1f} | "
@@ -363,24 +369,49 @@ def burst_positions(records: list[dict[str, Any]], trace: Trace, concurrency: in
     return out
 
 
-def _arg(name: str) -> str | None:
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv[:-1] else None
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
 
 
-async def main_intake() -> int:
+def _load(text: str) -> tuple[int, int, int, int]:
+    parts = text.split(",")
+    if len(parts) != 4:
+        raise argparse.ArgumentTypeError(f"expected C,N,IN,OUT (four numbers), got {text!r}")
+    c, n, i, o = (_positive(v.strip()) for v in parts)
+    return c, n, i, o
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--pinned", action="store_true", help="engine core on cores of its own")
+    ap.add_argument("--intake", action="store_true", help="measure the API server's intake queue instead")
+    ap.add_argument("--concurrency", type=_positive, help="--intake: the same load with N streams (3 N requests)")
+    ap.add_argument("--load", type=_load, metavar="C,N,IN,OUT",
+                    help="--intake: a closed loop of C streams, N requests, IN/OUT tokens")
+    ap.add_argument("--budget", type=_positive, metavar="B", help="--intake: the server's --max-num-batched-tokens")
+    return ap.parse_args(argv)
+
+
+async def main_intake(args: argparse.Namespace) -> int:
     model = ensure_tiny_models(build=False).llama
     work = Path(tempfile.mkdtemp(prefix="vllm-tune-request-path-"))
     trace_path = work / "trace-intake.jsonl"
     split = split_cores()
-    flags = ["--max-num-batched-tokens", _arg("--budget")] if _arg("--budget") else []
+    flags = ["--max-num-batched-tokens", str(args.budget)] if args.budget else []
     server = start_vllm(model, flags, env={"PYTHONPATH": str(TRACE_DIR), "VLLM_TUNE_REQUEST_TRACE": str(trace_path)},
                         split=split)
     concurrency, n, input_len, output_len = INTAKE_LOAD
-    if _arg("--concurrency"):  # the same load at another concurrency, three waves of it
-        concurrency = int(_arg("--concurrency") or 0)
+    if args.concurrency:  # the same load at another concurrency, three waves of it
+        concurrency = args.concurrency
         n = 3 * concurrency
-    if _arg("--load"):  # concurrency, requests, input and output tokens
-        concurrency, n, input_len, output_len = (int(v) for v in (_arg("--load") or "").split(","))
+    if args.load:
+        concurrency, n, input_len, output_len = args.load
     load = (concurrency, n, input_len, output_len)
     print(f"closed loop of {concurrency}, {n} requests of {input_len} in / {output_len} out, engine core "
           f"{'on cores of its own' if split else 'sharing the cores (one CPU)'}; ms\n")
@@ -420,4 +451,5 @@ async def main_intake() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(main_intake() if "--intake" in sys.argv[1:] else main()))
+    ARGS = parse_args(sys.argv[1:])
+    raise SystemExit(asyncio.run(main_intake(ARGS) if ARGS.intake else main(ARGS)))

@@ -16,6 +16,7 @@ from bench_request_path import (
     SCHEDULED,
     burst_positions,
     contention_rows,
+    parse_args,
     read_trace,
     step_times,
     waves,
@@ -89,3 +90,12 @@ def test_requests_after_the_first_wave_are_grouped_by_their_place_in_a_burst(tmp
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     got = burst_positions(records, read_trace(trace), concurrency=2)
     assert got == ["| 0 | 2 | 5.0 / 5.0 | 20.0 | 32.0 |", "| 1 | 1 | 7.0 / 7.0 | 20.0 | 32.0 |"]
+
+
+def test_options_are_checked_before_any_server_starts() -> None:
+    args = parse_args(["--intake", "--load", "8,96,700,48", "--budget", "256"])
+    assert (args.intake, args.load, args.budget, args.pinned) == (True, (8, 96, 700, 48), 256, False)
+    for bad in (["--load", "8,96"], ["--load", "8,96,700,x"], ["--budget", "0"], ["--concurrency", "-3"]):
+        with pytest.raises(SystemExit) as exc:
+            parse_args(bad)
+        assert exc.value.code == 2
