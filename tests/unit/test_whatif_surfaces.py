@@ -11,6 +11,7 @@ from support.simulated_runs import write_probe_results
 
 from vllm_tune.cli.main import main
 from vllm_tune.server.app import build_server
+from vllm_tune.tools.whatif import heldout
 from vllm_tune.tools.whatif.api import WhatIfInput, predict_gain, what_if
 from vllm_tune.tools.whatif.calibrate import calibrate_from_results
 from vllm_tune.tools.whatif.simulate import EngineConfig, StepModel
@@ -92,6 +93,25 @@ async def test_predictions_beyond_the_calibrated_range_are_flagged(results: list
     assert out.baseline.warnings == []
     assert any("96 sequences per step" in w and "TTFT is the least certain" in w for w in out.variants[0].warnings)
     assert any("1500-token prompts" in w for w in out.variants[1].warnings)
+
+
+@pytest.mark.anyio
+async def test_chunking_prompts_the_calibration_saw_whole_quotes_how_that_case_held_on_real_vllm(
+        results: list[str]) -> None:
+    # The probe's prompts (up to 512 tokens) fit the default budget of 2048 whole. At 256 every 700-token prompt is
+    # chunked: the warning quotes the protocol's chunked case from knowledge/calibration/whatif-heldout.yaml.
+    out = await what_if(WhatIfInput(from_result=results, concurrency=8, input_len=700, output_len=48,
+                                    variants=[{"max_num_batched_tokens": "256"}, {"max_num_batched_tokens": "1024"}]))
+    held = heldout.load()
+    assert held is not None
+    case = held["situations"]["chunked"]
+    ttft = case["metrics"]["median_ttft_ms"]
+    [warning] = [w for w in out.variants[0].warnings if "prefilled in chunks" in w]
+    assert "max_num_batched_tokens 256" in warning and "up to 512 tokens" in warning
+    assert f"({case['runs']} runs)" in warning
+    assert (f"p50 TTFT {heldout._pct(ttft['error_low'])} to {heldout._pct(ttft['error_high'])} (within 20% in "
+            f"{ttft['within_target']}/{ttft['judged']})") in warning
+    assert not any("prefilled in chunks" in w for w in out.variants[1].warnings + out.baseline.warnings)
 
 
 @pytest.mark.anyio

@@ -52,6 +52,8 @@ class Case:
     flags: dict[str, str]  # server flags of B beyond A's (empty: B runs on A)
     load: dict[str, Any]  # RunBenchmarkInput fields of the load
     expect: str = ""  # "queues" or "preempts": what the case is there to exercise
+    # A situation what_if warns about by this case's held-out errors (heldout.SITUATIONS), when a prediction is in it
+    situation: str = ""
     # The load of run A, the reference the change is judged from (and part of the calibration): by default B's
     # own load (a change of server flags); a case that changes the load names the load it changes from.
     ref_load: dict[str, Any] | None = None
@@ -394,7 +396,7 @@ CASES = [
     Case("max_num_seqs 6, c=24 (queues)", {"--max-num-seqs": "6"},
          {"concurrency": 24, "num_prompts": 96, "input_len": 128, "output_len": 64}, expect="queues"),
     Case("max_num_batched_tokens 256, 700 in, c=8", {"--max-num-batched-tokens": "256"},
-         {"concurrency": 8, "num_prompts": 64, "input_len": 700, "output_len": 48}),
+         {"concurrency": 8, "num_prompts": 64, "input_len": 700, "output_len": 48}, situation="chunked"),
     Case("12 KV blocks, c=12 (preempts)", {"--num-gpu-blocks-override": "12"},
          {"concurrency": 12, "num_prompts": 72, "input_len": 200, "output_len": 160}, expect="preempts"),
 ]

@@ -23,6 +23,11 @@ HELDOUT_FILE = Path(__file__).resolve().parents[2] / "knowledge" / "calibration"
 # The kinds of metric, as the note names them; each is held to its own target (Row.tolerance: 20 % for throughput
 # and p50s, 35 % for p90s).
 KINDS = {"throughput": "throughput", "p50": "p50 latencies", "p90": "p90 latencies"}
+# Situations a prediction can be in that one case of the protocol exercises (accuracy.Case.situation), and the
+# metrics whose held-out errors what_if quotes for them.
+SITUATIONS = {"chunked": ("median_ttft_ms", "p90_ttft_ms", "median_tpot_ms", "request_throughput")}
+METRIC_LABELS = {"median_ttft_ms": "p50 TTFT", "p90_ttft_ms": "p90 TTFT", "median_tpot_ms": "p50 TPOT",
+                 "request_throughput": "throughput"}
 
 
 def _kind(metric: str) -> str:
@@ -45,7 +50,28 @@ def summarize(runs: dict[str, list[CaseOutcome]]) -> dict[str, Any]:
                        "worst_error": round(errors[-1], 3) if errors else None}
     changes = [r for r in rows if r.direction_judged]
     return {"runs": sorted(runs), "cases_per_run": max((len(o) for o in runs.values()), default=0), "kinds": kinds,
-            "directions": {"judged": len(changes), "right": sum(r.direction_right for r in changes)}}
+            "directions": {"judged": len(changes), "right": sum(r.direction_right for r in changes)},
+            "situations": _situations(runs)}
+
+
+def _situations(runs: dict[str, list[CaseOutcome]]) -> dict[str, Any]:
+    """Per situation (SITUATIONS): its case, and per quoted metric the judged predictions, how many were within
+    target, and the lowest and highest signed error (predicted/measured - 1)."""
+    out: dict[str, Any] = {}
+    for situation, metrics in SITUATIONS.items():
+        outcomes = [oc for ocs in runs.values() for oc in ocs if oc.case.situation == situation]
+        if not outcomes:
+            continue
+        per: dict[str, Any] = {}
+        for metric in metrics:
+            judged = [r for oc in outcomes for r in oc.rows if r.metric == metric and r.judgeable]
+            errors = [r.error for r in judged]
+            per[metric] = {"judged": len(judged), "within_target": sum(r.within for r in judged),
+                           "target": judged[0].tolerance if judged else None,
+                           "error_low": round(min(errors), 3) if errors else None,
+                           "error_high": round(max(errors), 3) if errors else None}
+        out[situation] = {"case": outcomes[0].case.name, "runs": len(outcomes), "metrics": per}
+    return out
 
 
 def document(runs: dict[str, list[CaseOutcome]]) -> dict[str, Any]:
@@ -83,3 +109,25 @@ def note() -> str | None:
     return (f"held out on real vLLM ({len(data.get('runs') or [])} accuracy-protocol runs on its CPU server): "
             + "; ".join(parts) + f"; direction right in {d.get('right')}/{d.get('judged')} clear changes "
             "(knowledge/calibration/whatif-heldout.yaml)")
+
+
+def _pct(x: float) -> str:
+    return f"{0.0 if abs(x) < 0.005 else x:+.0%}"  # no "-0%"
+
+
+def situation_note(situation: str) -> str | None:
+    """How the protocol's case of `situation` landed on real vLLM, metric by metric (None: no such data)."""
+    data = load()
+    entry = ((data or {}).get("situations") or {}).get(situation)
+    if not isinstance(entry, dict):
+        return None
+    parts = []
+    for metric, k in (entry.get("metrics") or {}).items():
+        if not k.get("judged"):
+            continue
+        parts.append(f"{METRIC_LABELS.get(metric, metric)} {_pct(k['error_low'])} to {_pct(k['error_high'])} "
+                     f"(within {k['target']:.0%} in {k['within_target']}/{k['judged']})")
+    if not parts:
+        return None
+    return (f"held out on real vLLM, the accuracy protocol's case \"{entry['case']}\" ({entry['runs']} runs) came "
+            f"out " + ", ".join(parts))
