@@ -386,7 +386,7 @@ def failures(outcomes: list[CaseOutcome], *, judgeable_only: bool = False) -> li
 CASES = [
     Case("concurrency 48, 192 in / 96 out", {}, {"concurrency": 48, "num_prompts": 144, "input_len": 192,
                                                  "output_len": 96},
-         ref_load={"concurrency": 16, "num_prompts": 64, "input_len": 192, "output_len": 96}),
+         ref_load={"concurrency": 16, "num_prompts": 64, "input_len": 192, "output_len": 96}, situation="concurrency"),
     Case("Poisson 6 req/s, 256 in / 64 out", {}, {"rate": 6.0, "num_prompts": 90, "input_len": 256,
                                                   "output_len": 64},
          ref_load={"rate": 2.0, "num_prompts": 30, "input_len": 256, "output_len": 64}),

@@ -218,9 +218,11 @@ def range_warnings(cal: Calibration, engine: EngineConfig, load_req: RunBenchmar
         # The API server's hand-off is fitted in proportion to the requests in flight, and it grows faster once the
         # API server cannot keep up: bench/bench_request_path.py --intake, later waves of a closed loop on the suite's
         # server, send to add_request 26-35 ms at 32 streams and 86-119 ms at 48 in the next run, minutes later.
+        held = heldout.situation_note("concurrency")
         out.append(f"extrapolating: up to {min(conc, engine.max_num_seqs)} sequences per step, the calibration saw "
                    f"at most {max_batch}; TTFT is the least certain there (an API server that falls behind its "
-                   f"streams takes new requests in more slowly than in proportion to them)")
+                   f"streams takes new requests in more slowly than in proportion to them)"
+                   + (f"; {held}" if held else ""))
     max_in = seen.get("max_input_len")
     if "prompt" not in bounds and max_in and load_req.input_len > 1.25 * max_in:
         out.append(f"extrapolating: {load_req.input_len}-token prompts, the calibration saw at most {max_in}")
