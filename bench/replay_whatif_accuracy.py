@@ -11,8 +11,8 @@ it also prints the concurrency-48 case's simulated closed loop wave by wave, in 
 `bench/bench_request_path.py --intake` measures on the real server. With --ttft-split CASE it prints, for that case's
 runs A and B, the mean TTFT measured outside and inside the engine (the server's queue + prefill histograms) beside
 the simulated hand-off and engine parts.
-tests/data/whatif/ holds eleven such runs (results trimmed of per-request lists and diagnoses): three with the engine
-sharing both cores with the API server and the client, eight with it on a core of its own (pinned-*).
+tests/data/whatif/ holds twelve such runs (results trimmed of per-request lists and diagnoses): three with the engine
+sharing both cores with the API server and the client, nine with it on a core of its own (pinned-*).
 """
 
 from __future__ import annotations

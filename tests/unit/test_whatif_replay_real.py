@@ -54,10 +54,13 @@ RUNS = {
     "pinned-2026-12-07T0713.jsonl.gz": (36, 1, 0.10),
     "pinned-2026-12-07T0720.jsonl.gz": (35, 4, 0.20),
     "pinned-2026-12-07T0727.jsonl.gz": (33, 4, 0.10),
+    # A quiet morning run (10:51, about 6 minutes): 4 of its 6 misses in the long-prompt case, whose calibration put
+    # the cost per context token at 0 (B's ITL rose 30 % from 300- to 900-token prompts, predicted +0 %).
+    "pinned-2026-12-07T1051.jsonl.gz": (34, 6, 0.10),
 }
 SIZES = {"pinned-2026-12-07T0455.jsonl.gz": 54, "pinned-2026-12-07T0513.jsonl.gz": 69,
          "pinned-2026-12-07T0713.jsonl.gz": 89, "pinned-2026-12-07T0720.jsonl.gz": 99,
-         "pinned-2026-12-07T0727.jsonl.gz": 89}
+         "pinned-2026-12-07T0727.jsonl.gz": 89, "pinned-2026-12-07T1051.jsonl.gz": 64}
 
 
 @functools.cache

@@ -112,8 +112,8 @@ async def test_chunking_prompts_the_calibration_saw_whole_quotes_how_that_case_h
     [warning] = [w for w in out.variants[0].warnings if "prefilled in chunks" in w]
     assert "max_num_batched_tokens 256" in warning and "up to 512 tokens" in warning
     assert f"({case['runs']} runs)" in warning
-    assert (f"p50 TTFT {heldout._pct(ttft['error_low'])} to {heldout._pct(ttft['error_high'])} (within 20% in "
-            f"{ttft['within_target']}/{ttft['judged']})") in warning
+    low, high = heldout.signed_percent(ttft["error_low"]), heldout.signed_percent(ttft["error_high"])
+    assert f"p50 TTFT {low} to {high} (within 20% in {ttft['within_target']}/{ttft['judged']})" in warning
     assert not any("prefilled in chunks" in w for w in out.variants[1].warnings + out.baseline.warnings)
 
 

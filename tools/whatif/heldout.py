@@ -112,7 +112,7 @@ def note() -> str | None:
             "(knowledge/calibration/whatif-heldout.yaml)")
 
 
-def _pct(x: float) -> str:
+def signed_percent(x: float) -> str:
     return f"{0.0 if abs(x) < 0.005 else x:+.0%}"  # no "-0%"
 
 
@@ -126,7 +126,8 @@ def situation_note(situation: str) -> str | None:
     for metric, k in (entry.get("metrics") or {}).items():
         if not k.get("judged"):
             continue
-        parts.append(f"{METRIC_LABELS.get(metric, metric)} {_pct(k['error_low'])} to {_pct(k['error_high'])} "
+        low, high = signed_percent(k["error_low"]), signed_percent(k["error_high"])
+        parts.append(f"{METRIC_LABELS.get(metric, metric)} {low} to {high} "
                      f"(within {k['target']:.0%} in {k['within_target']}/{k['judged']})")
     if not parts:
         return None
