@@ -95,7 +95,8 @@ async def test_predictions_beyond_the_calibrated_range_are_flagged(results: list
     assert "TTFT is the least certain" in far
     # with how the protocol's case beyond the probe's concurrency landed on real vLLM (whatif-heldout.yaml)
     assert '"concurrency 48, 192 in / 96 out"' in far and "p90 TTFT " in far and "p50 ITL " in far
-    assert any("1500-token prompts" in w for w in out.variants[1].warnings)
+    [longer] = [w for w in out.variants[1].warnings if "1500-token prompts" in w]
+    assert '"long prompts 900 in / 40 out, c=6"' in longer and "p50 TPOT " in longer
 
 
 @pytest.mark.anyio

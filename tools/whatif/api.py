@@ -225,7 +225,9 @@ def range_warnings(cal: Calibration, engine: EngineConfig, load_req: RunBenchmar
                    + (f"; {held}" if held else ""))
     max_in = seen.get("max_input_len")
     if "prompt" not in bounds and max_in and load_req.input_len > 1.25 * max_in:
-        out.append(f"extrapolating: {load_req.input_len}-token prompts, the calibration saw at most {max_in}")
+        held = heldout.situation_note("longer prompts")
+        out.append(f"extrapolating: {load_req.input_len}-token prompts, the calibration saw at most {max_in}"
+                   + (f"; {held}" if held else ""))
     return out
 
 

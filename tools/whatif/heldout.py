@@ -26,7 +26,8 @@ KINDS = {"throughput": "throughput", "p50": "p50 latencies", "p90": "p90 latenci
 # Situations a prediction can be in that one case of the protocol exercises (accuracy.Case.situation), and the
 # metrics whose held-out errors what_if quotes for them.
 SITUATIONS = {"chunked": ("median_ttft_ms", "p90_ttft_ms", "median_tpot_ms", "request_throughput"),
-              "concurrency": ("median_ttft_ms", "p90_ttft_ms", "median_itl_ms", "request_throughput")}
+              "concurrency": ("median_ttft_ms", "p90_ttft_ms", "median_itl_ms", "request_throughput"),
+              "longer prompts": ("median_ttft_ms", "p90_ttft_ms", "median_tpot_ms", "request_throughput")}
 METRIC_LABELS = {"median_ttft_ms": "p50 TTFT", "p90_ttft_ms": "p90 TTFT", "median_tpot_ms": "p50 TPOT",
                  "median_itl_ms": "p50 ITL", "request_throughput": "throughput"}
 
