@@ -81,6 +81,19 @@ async def test_saved_results_calibrate_the_search_too(results: list[str], calibr
     assert from_results.capacity.variable == "concurrency"
 
 
+@pytest.mark.anyio
+async def test_a_search_that_chunks_every_prompt_quotes_the_chunked_case(calibration: str, tmp_path: Path) -> None:
+    # The calibration's prompts (up to 512 tokens) fit its budget of 2048 whole; 700-token prompts at 256 do not.
+    chunked = await run_benchmark(_request(calibration, tmp_path, input_len=700,
+                                           serve_flags={"max_num_batched_tokens": "256"}))
+    assert chunked.simulation is not None
+    assert any("prefilled in chunks" in w and "max_num_batched_tokens 256, 700 in, c=8" in w
+               for w in chunked.simulation.warnings)
+    whole = await run_benchmark(_request(calibration, tmp_path, input_len=700))
+    assert whole.simulation is not None
+    assert not any("prefilled in chunks" in w for w in whole.simulation.warnings)
+
+
 def test_cli_prints_the_simulated_search_and_refuses_half_given_flags(
         calibration: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", NOBODY, "--search-capacity", "--slo", "ttft=300", "--slo-percentile", "90",

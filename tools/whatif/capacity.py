@@ -28,7 +28,14 @@ from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.files import allowed, read_text
 from vllm_tune.tools.net.targets import TargetPolicy
 from vllm_tune.tools.whatif import heldout
-from vllm_tune.tools.whatif.api import WhatIfInput, calibrate_for, engine_for, range_warnings, simulate_capacity
+from vllm_tune.tools.whatif.api import (
+    WhatIfInput,
+    calibrate_for,
+    chunking_warning,
+    engine_for,
+    range_warnings,
+    simulate_capacity,
+)
 from vllm_tune.tools.whatif.calibrate import DEFAULT_PROBE, Calibration, max_residual
 from vllm_tune.tools.whatif.results import load_from_request, summarize
 from vllm_tune.tools.whatif.simulate import EngineConfig, run
@@ -175,6 +182,9 @@ async def simulated_search(req: RunBenchmarkInput, *, report: ProgressCallback |
             at: dict[str, Any] = {"rate": cap.capacity, "concurrency": None} if cap.variable == "rate" else \
                 {"concurrency": int(cap.capacity)}
             sim.warnings += range_warnings(cal, engine, base.model_copy(update=at), batches.get(cap.capacity))
+        chunked = chunking_warning(cal, engine, base)
+        if chunked:
+            sim.warnings.append(chunked)
         sim.notes.append("simulated: no search load was sent; the scheduler model and what it leaves out are in "
                          "kb://entries/whatif.simplifications")
         held = heldout.note()
