@@ -1,7 +1,7 @@
 """The what_if accuracy protocol again, offline, on the runs an earlier bench_whatif_accuracy.py saved.
 
     .venv/bin/python bench/replay_whatif_accuracy.py RESULTS_DIR|RESULTS.jsonl.gz [--seed 100] [--waves]
-        [--ttft-split CASE]
+        [--ttft-split CASE] [--ttft-shape CASE]
 
 Each case's probe, run A twice and run B twice are found by their seeds (bench_whatif_accuracy.py uses 100 + case
 index, the integration test 200 + case index) and fitted and predicted with the code as it is now, so a change to
@@ -10,9 +10,11 @@ Prints the calibration of each case, the predicted-vs-measured table and the mis
 it also prints the concurrency-48 case's simulated closed loop wave by wave, in the columns that
 `bench/bench_request_path.py --intake` measures on the real server. With --ttft-split CASE it prints, for that case's
 runs A and B, the mean TTFT measured outside and inside the engine (the server's queue + prefill histograms) beside
-the simulated hand-off and engine parts.
-tests/data/whatif/ holds twelve such runs (results trimmed of per-request lists and diagnoses): three with the engine
-sharing both cores with the API server and the client, nine with it on a core of its own (pinned-*).
+the simulated hand-off and engine parts. With --ttft-shape CASE it prints the spread of that case's TTFTs request by
+request, measured and simulated, after a closed loop's first wave (runs saved with their per-request TTFTs only).
+tests/data/whatif/ holds twelve such runs (results trimmed of per-request lists and diagnoses; the nine pinned ones
+keep each request's TTFT): three with the engine sharing both cores with the API server and the client, nine with it
+on a core of its own (pinned-*).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tune.tools.bench.api import RunBenchmarkInput
+from vllm_tune.tools.bench.metrics import percentile
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.whatif.accuracy import (
     CASES,
@@ -50,6 +53,9 @@ def main() -> int:
     ap.add_argument("--ttft-split", type=int, metavar="CASE", default=None,
                     help="for case CASE (1-6), each run's mean TTFT split outside and inside the engine, measured "
                          "and simulated")
+    ap.add_argument("--ttft-shape", type=int, metavar="CASE", default=None,
+                    help="for case CASE (1-6), each run's TTFT percentiles after the first wave, measured and "
+                         "simulated")
     args = ap.parse_args()
     try:
         results = load_saved(args.results)
@@ -72,6 +78,8 @@ def main() -> int:
             print("\n".join(simulated_waves(cal, case, args.seed + 1000)) + "\n")
         if args.ttft_split == i + 1:
             print("\n".join(ttft_split(results, cal, case, args.seed + i)) + "\n")
+        if args.ttft_shape == i + 1:
+            print("\n".join(ttft_shape(results, cal, case, args.seed + i)) + "\n")
     print()
     print(table(outcomes))
     print()
@@ -82,6 +90,10 @@ def main() -> int:
     for line in judged:
         print("  " + line)
     return 0
+
+
+# A case's four measured runs: name, seed offset from the case's seed, and whether B's server flags apply.
+RUNS_OF_A_CASE = (("A", 0, False), ("B", 1000, True), ("A again", 3000, False), ("B again", 2000, True))
 
 
 def _schedulable(tr: Trace, model: StepModel, r: int) -> float:
@@ -98,9 +110,9 @@ def ttft_split(results: list[dict[str, Any]], cal: Calibration, case: Case, seed
     by_seed = {int((r.get("provenance") or {}).get("seed") or -1): r for r in results}
     out = ["| run | TTFT ms | server queue + prefill ms | outside ms | simulated TTFT ms | simulated hand-off ms | "
            "simulated engine ms |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for name, run_seed, flags in (("A", seed, {}), ("B", seed + 1000, case.flags), ("A again", seed + 3000, {}),
-                                  ("B again", seed + 2000, case.flags)):
-        res = by_seed[run_seed]
+    for name, offset, changed in RUNS_OF_A_CASE:
+        res = by_seed[seed + offset]
+        flags = case.flags if changed else {}
         server = res.get("server") or {}
         inside = float(server.get("server_mean_queue_time_ms") or 0.0) + float(
             server.get("server_mean_prefill_time_ms") or 0.0)
@@ -114,6 +126,37 @@ def ttft_split(results: list[dict[str, Any]], cal: Calibration, case: Case, seed
         ttft = float(res["mean_ttft_ms"])
         out.append(f"| {name} | {ttft:.1f} | {inside:.1f} | {ttft - inside:.1f} | {sim_ttft:.1f} | {hand_off:.1f} | "
                    f"{sim_ttft - hand_off:.1f} |")
+    return out
+
+
+def ttft_shape(results: list[dict[str, Any]], cal: Calibration, case: Case, seed: int) -> list[str]:
+    """Runs A, B, A again and B again of a case: the 10th, 50th and 90th percentile and the mean of the TTFTs of the
+    requests after a closed loop's first wave (all of an open loop's), measured (the result's per-request TTFTs) and
+    simulated request by request on the same prompts. The first wave is left out because it prefills together in
+    both; what follows shows whether the simulated loop spreads its requests as the server did."""
+    by_seed = {int((r.get("provenance") or {}).get("seed") or -1): r for r in results}
+    out = ["| run | requests | measured p10 / p50 / p90 ms | simulated p10 / p50 / p90 ms | measured / simulated "
+           "mean ms |", "|---|---:|---:|---:|---:|"]
+    for name, offset, changed in RUNS_OF_A_CASE:
+        res = by_seed.get(seed + offset)
+        if res is None or not res.get("ttfts"):
+            out.append(f"| {name} | - | no per-request TTFTs saved | | |")
+            continue
+        obs = observed_from_result(res)
+        engine = cal.engine.model_copy(update=engine_updates(case.flags if changed else {}))
+        tr = run(engine, cal.step_model, obs.load, keep_windows=True)
+        skip = (obs.load.concurrency or 0) if obs.load.offsets is None else 0
+        measured = sorted(float(t) * 1e3 for t in res["ttfts"][skip:])
+        simulated = sorted((f - a) * 1e3 for f, a in list(zip(tr.first, tr.send, strict=True))[skip:])
+        if not measured or not simulated:
+            out.append(f"| {name} | 0 | | | |")
+            continue
+
+        def spread(v: list[float]) -> str:
+            return " / ".join(f"{percentile(v, q):.1f}" for q in (10, 50, 90))
+
+        out.append(f"| {name} | {len(measured)} | {spread(measured)} | {spread(simulated)} | "
+                   f"{statistics.fmean(measured):.1f} / {statistics.fmean(simulated):.1f} |")
     return out
 
 

@@ -1,7 +1,8 @@
 """what_if's predictions replayed on real runs of the accuracy protocol: bench/bench_whatif_accuracy.py on the
 suite's vLLM 0.32.0 CPU server (a 2-core VM, 2026-12-06 and 07, A and B alternating), their 48 to 99 results each
-trimmed of per-request lists and diagnoses in tests/data/whatif/. In the three bench-* runs the engine, the API
-server and the client shared both cores; in the eight pinned-* runs the engine core process had a core of its own
+trimmed of per-request lists (the pinned runs keep each request's TTFT) and diagnoses in tests/data/whatif/. In the
+three bench-* runs the engine, the API server and the client shared both cores; in the nine pinned-* runs the engine
+core process had a core of its own
 and the API server and client the other (tests/support/cpu_split.py), as the integration test and the bench now
 run. The run of 12-07 01:52 is a noisy one: its probes ran slower than those of 12-06 (TPOT at 32 streams 3.4-5.4 ms
 against 2.7-3.1 in most of them) while its runs did not all (the max_num_seqs case's run A 2.7 ms at 24 streams, as
@@ -150,6 +151,41 @@ def test_the_ttft_split_of_the_chunked_case_shows_where_its_prediction_misses() 
         assert engine == pytest.approx(sim_ttft - hand_off, abs=0.15) and hand_off > 0
     a, b, a_again, b_again = rows
     assert min(a[2], a_again[2]) > max(b[2], b_again[2]) + 8  # measured outside: 24-25 ms against 14 ms
+
+
+def test_the_ttft_shape_of_the_chunked_case_puts_measured_and_simulated_side_by_side() -> None:
+    # bench/replay_whatif_accuracy.py --ttft-shape: after the closed loop's first wave, the TTFTs of B measured
+    # (the pinned runs keep each request's TTFT) and simulated on the same prompts. On this run each simulated
+    # request waited for one other prompt's prefill behind a hand-off the server did not take: the simulated median
+    # 57 ms against the server's 35 and 44 (whatif.simplifications).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from replay_whatif_accuracy import ttft_shape
+
+    from vllm_tune.tools.bench.metrics import percentile
+    from vllm_tune.tools.whatif.accuracy import engine_updates
+    from vllm_tune.tools.whatif.calibrate import observed_from_result
+    from vllm_tune.tools.whatif.simulate import run
+
+    results = load_saved(DATA / "pinned-2026-12-07T0713.jsonl.gz")
+    case = CASES[4]
+    cal, _ = evaluate_saved(results, 104, case)
+    lines = ttft_shape(results, cal, case, 104)
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]] for line in lines[2:]}
+    assert list(rows) == ["A", "B", "A again", "B again"]
+    b = next(r for r in results if int(r["provenance"]["seed"]) == 1104)
+    later = sorted(t * 1e3 for t in b["ttfts"][case.load["concurrency"]:])
+    n, measured, simulated, _means = rows["B"]
+    assert int(n) == case.load["num_prompts"] - case.load["concurrency"] == len(later)
+    assert [float(v) for v in measured.split(" / ")] == pytest.approx(
+        [percentile(later, q) for q in (10, 50, 90)], abs=0.05)
+    obs = observed_from_result(b)
+    tr = run(cal.engine.model_copy(update=engine_updates(case.flags)), cal.step_model, obs.load)
+    sim = sorted((f - a) * 1e3 for f, a in list(zip(tr.first, tr.send, strict=True))[case.load["concurrency"]:])
+    assert [float(v) for v in simulated.split(" / ")] == pytest.approx(
+        [percentile(sim, q) for q in (10, 50, 90)], abs=0.05)
+    # a run saved without per-request TTFTs says so instead of printing numbers
+    bare = [{k: v for k, v in r.items() if k != "ttfts"} for r in results]
+    assert all("no per-request TTFTs saved" in line for line in ttft_shape(bare, cal, case, 104)[2:])
 
 
 def test_the_held_out_accuracy_what_if_states_is_what_the_saved_runs_give() -> None:

@@ -234,8 +234,9 @@ def range_warnings(cal: Calibration, engine: EngineConfig, load_req: RunBenchmar
 def chunking_warning(cal: Calibration, engine: EngineConfig, load_req: RunBenchmarkInput) -> str | None:
     """Say when every prompt of the prediction is prefilled in chunks while every calibration prompt fitted the
     calibration server's budget whole, with how such a prediction landed on real vLLM (heldout.situation_note).
-    On the suite's CPU server the simulated closed loop then locks into an order the server does not keep: TTFT's
-    median came out high and its 90th percentile low (knowledge: whatif.simplifications)."""
+    On the suite's CPU server a chunked closed loop staggers its requests, and the hand-off the simulator gives such
+    a request (fitted on loops in lock-step) is too long: TTFT's median came out high, while its 90th percentile,
+    which the first wave sets, came out low (knowledge: whatif.simplifications)."""
     seen = cal.conditions.get("seen") or {}
     max_seen = seen.get("max_input_len")
     budget = engine.max_num_batched_tokens
@@ -246,7 +247,7 @@ def chunking_warning(cal: Calibration, engine: EngineConfig, load_req: RunBenchm
     held = heldout.situation_note("chunked")
     return (f"every {load_req.input_len}-token prompt is prefilled in chunks (max_num_batched_tokens {budget}), "
             f"which no calibration run did (its prompts, up to {max_seen} tokens, fit "
-            f"{cal.engine.max_num_batched_tokens} whole); TTFT's spread is the least certain part"
+            f"{cal.engine.max_num_batched_tokens} whole); TTFT is the least certain part"
             + (f": {held}" if held else ""))
 
 
