@@ -234,9 +234,9 @@ def range_warnings(cal: Calibration, engine: EngineConfig, load_req: RunBenchmar
 def chunking_warning(cal: Calibration, engine: EngineConfig, load_req: RunBenchmarkInput) -> str | None:
     """Say when every prompt of the prediction is prefilled in chunks while every calibration prompt fitted the
     calibration server's budget whole, with how such a prediction landed on real vLLM (heldout.situation_note).
-    On the suite's CPU server a chunked closed loop staggers its requests, and the hand-off the simulator gives such
-    a request (fitted on loops in lock-step) is too long: TTFT's median came out high, while its 90th percentile,
-    which the first wave sets, came out low (knowledge: whatif.simplifications)."""
+    On the suite's CPU server a chunked closed loop staggers its requests; the simulator gives each a hand-off
+    fitted on loops in lock-step and has it wait for one other prompt, so its TTFTs pile up at one value, above the
+    server's median and below its 90th percentile (knowledge: whatif.simplifications)."""
     seen = cal.conditions.get("seen") or {}
     max_seen = seen.get("max_input_len")
     budget = engine.max_num_batched_tokens
