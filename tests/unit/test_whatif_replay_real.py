@@ -1,14 +1,14 @@
-"""what_if's predictions replayed on real runs of the accuracy protocol: bench/bench_whatif_accuracy.py on the
-suite's vLLM 0.32.0 CPU server (a 2-core VM, 2026-12-06 and 07, A and B alternating), their 48 to 99 results each
-trimmed of per-request lists (the pinned runs keep each request's TTFT) and diagnoses in tests/data/whatif/. In the
-three bench-* runs the engine, the API server and the client shared both cores; in the nine pinned-* runs the engine
-core process had a core of its own
-and the API server and client the other (tests/support/cpu_split.py), as the integration test and the bench now
-run. The run of 12-07 01:52 is a noisy one: its probes ran slower than those of 12-06 (TPOT at 32 streams 3.4-5.4 ms
-against 2.7-3.1 in most of them) while its runs did not all (the max_num_seqs case's run A 2.7 ms at 24 streams, as
-on 12-06), and most of its misses come from that; in the one of 04:55 two probes moved under the host's speed. The
-fit and the simulation are deterministic, so this holds a change to the step model or the fit against the same
-measurements: it must not do worse on any run than the model that went in with them (README, what_if section).
+"""what_if's predictions replayed on real runs of the accuracy protocol: bench/bench_whatif_accuracy.py on the suite's
+vLLM 0.32.0 CPU server (a 2-core VM, 2026-12-06 and 07, A and B alternating), their 48 to 99 results each trimmed of
+per-request lists (the pinned runs keep each request's TTFT) and diagnoses in tests/data/whatif/. In the three bench-*
+runs the engine, the API server and the client shared both cores; in the nine pinned-* runs the engine core process
+had a core of its own and the API server and client the other (tests/support/cpu_split.py), as the integration test
+and the bench now run. The run of 12-07 01:52 is a noisy one: its probes ran slower than those of 12-06 (TPOT at 32
+streams 3.4-5.4 ms against 2.7-3.1 in most of them) while its runs did not all (the max_num_seqs case's run A 2.7 ms
+at 24 streams, as on 12-06), and most of its misses come from that; in the one of 04:55 two probes moved under the
+host's speed. The fit and the simulation are deterministic, so this holds a change to the step model or the fit
+against the same measurements: it must not do worse on any run than the model that went in with them (README, what_if
+section).
 Offline, with every table: bench/replay_whatif_accuracy.py FILE.
 """
 
@@ -55,7 +55,7 @@ RUNS = {
     "pinned-2026-12-07T0713.jsonl.gz": (36, 1, 0.10),
     "pinned-2026-12-07T0720.jsonl.gz": (35, 4, 0.20),
     "pinned-2026-12-07T0727.jsonl.gz": (33, 4, 0.10),
-    # A quiet morning run (10:51, about 6 minutes): 4 of its 6 misses in the long-prompt case, whose calibration put
+    # A quiet morning run (10:51, about 6 minutes): 5 of its 6 misses in the long-prompt case, whose calibration put
     # the cost per context token at 0 (B's ITL rose 30 % from 300- to 900-token prompts, predicted +0 %).
     "pinned-2026-12-07T1051.jsonl.gz": (34, 6, 0.10),
 }
