@@ -18,11 +18,15 @@ Every server runs its engine core process on cores of its own, the API server an
 others (support/cpu_split.py): the simulator models the engine's steps alone, as on a GPU server, and on a host
 where the front end takes the forward pass's core at each intake the chunked case's TPOT and throughput missed
 for that reason alone (README, what_if section).
+
+With VLLM_TUNE_KEEP_WHATIF_RUNS=DIR the runs are saved under DIR instead of a temporary folder, to be replayed with
+`bench/replay_whatif_accuracy.py DIR --seed 200` (this test's seeds) like the bench's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -53,12 +57,15 @@ async def test_predictions_hold_against_six_real_runs(vllm_server_factory: VllmF
         server = await asyncio.to_thread(vllm_server_factory, args=args, split=split)
         return server.url
 
+    keep = os.environ.get("VLLM_TUNE_KEEP_WHATIF_RUNS")
+    save = Path(keep) if keep else tmp_path
+    save.mkdir(parents=True, exist_ok=True)
     outcomes: list[CaseOutcome] = []
     calibrations: list[str] = []  # each case's fitted costs, residuals and probe drift: what a miss is read against
     with on_frontend_cores(split):
         for i, case in enumerate(CASES):
             a_url = await start({})  # touching A keeps it the most recently used server of the factory
-            cal, outcome = await run_case(a_url, {}, start, case, seed=200 + i, save_result=str(tmp_path))
+            cal, outcome = await run_case(a_url, {}, start, case, seed=200 + i, save_result=str(save))
             outcomes.append(outcome)
             calibrations.append(f"{case.name}: {calibration_line(cal)}")
     report = "\n".join(calibrations) + "\n\n" + table(outcomes)
