@@ -144,7 +144,7 @@ def ttft_shape(results: list[dict[str, Any]], cal: Calibration, case: Case, seed
             continue
         obs = observed_from_result(res)
         engine = cal.engine.model_copy(update=engine_updates(case.flags if changed else {}))
-        tr = run(engine, cal.step_model, obs.load, keep_windows=True)
+        tr = run(engine, cal.step_model, obs.load)  # send and first-token times only: no step windows
         skip = (obs.load.concurrency or 0) if obs.load.offsets is None else 0
         measured = sorted(float(t) * 1e3 for t in res["ttfts"][skip:])
         simulated = sorted((f - a) * 1e3 for f, a in list(zip(tr.first, tr.send, strict=True))[skip:])

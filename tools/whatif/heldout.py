@@ -17,7 +17,7 @@ import yaml
 from vllm_tune.tools.bench.metrics import percentile
 
 if TYPE_CHECKING:
-    from vllm_tune.tools.whatif.accuracy import CaseOutcome
+    from vllm_tune.tools.whatif.accuracy import CaseOutcome, Row
 
 HELDOUT_FILE = Path(__file__).resolve().parents[2] / "knowledge" / "calibration" / "whatif-heldout.yaml"
 # The kinds of metric, as the note names them; each is held to its own target (Row.tolerance: 20 % for throughput
@@ -36,6 +36,12 @@ def _kind(metric: str) -> str:
     return "throughput" if metric == "request_throughput" else ("p90" if metric.startswith("p90") else "p50")
 
 
+def _counts(judged: list[Row]) -> dict[str, Any]:
+    """How many judged predictions, how many within their target, and the target."""
+    return {"judged": len(judged), "within_target": sum(r.within for r in judged),
+            "target": judged[0].tolerance if judged else None}
+
+
 def summarize(runs: dict[str, list[CaseOutcome]]) -> dict[str, Any]:
     """Per kind of metric, over the judged predictions of every run (B repeated within its tolerance): how many,
     how many within the target, and the median, 90th percentile and largest |predicted/measured - 1|; and how many
@@ -45,8 +51,7 @@ def summarize(runs: dict[str, list[CaseOutcome]]) -> dict[str, Any]:
     for kind in KINDS:
         judged = [r for r in rows if _kind(r.metric) == kind and r.judgeable]
         errors = sorted(abs(r.error) for r in judged)
-        kinds[kind] = {"judged": len(judged), "within_target": sum(r.within for r in judged),
-                       "target": judged[0].tolerance if judged else None,
+        kinds[kind] = {**_counts(judged),
                        "median_error": round(percentile(errors, 50), 3) if errors else None,
                        "p90_error": round(percentile(errors, 90), 3) if errors else None,
                        "worst_error": round(errors[-1], 3) if errors else None}
@@ -68,8 +73,7 @@ def _situations(runs: dict[str, list[CaseOutcome]]) -> dict[str, Any]:
         for metric in metrics:
             judged = [r for oc in outcomes for r in oc.rows if r.metric == metric and r.judgeable]
             errors = [r.error for r in judged]
-            per[metric] = {"judged": len(judged), "within_target": sum(r.within for r in judged),
-                           "target": judged[0].tolerance if judged else None,
+            per[metric] = {**_counts(judged),
                            "error_low": round(min(errors), 3) if errors else None,
                            "error_high": round(max(errors), 3) if errors else None}
         out[situation] = {"case": outcomes[0].case.name, "runs": len(outcomes), "metrics": per}
