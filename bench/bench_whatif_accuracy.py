@@ -24,7 +24,15 @@ from support.cpu_split import on_frontend_cores, split_cores
 from support.tiny_models import ensure_tiny_models
 from support.vllm_server import VllmServer, start_vllm
 
-from vllm_tune.tools.whatif.accuracy import CASES, calibration_line, failures, run_case, summary_table, table
+from vllm_tune.tools.whatif.accuracy import (
+    BENCH_SEED,
+    CASES,
+    calibration_line,
+    failures,
+    run_case,
+    summary_table,
+    table,
+)
 
 
 async def main() -> int:
@@ -48,7 +56,7 @@ async def main() -> int:
             a_url = await start({})
             outcomes = []
             for i, case in enumerate(CASES):
-                cal, outcome = await run_case(a_url, {}, start, case, seed=100 + i, save_result=save)
+                cal, outcome = await run_case(a_url, {}, start, case, seed=BENCH_SEED + i, save_result=save)
                 outcomes.append(outcome)
                 print(f"case {i + 1}/{len(CASES)} {case.name} ({time.monotonic() - t0:.0f} s): "
                       f"{calibration_line(cal)}",

@@ -1,6 +1,6 @@
 """The what_if accuracy protocol again, offline, on the runs an earlier bench_whatif_accuracy.py saved.
 
-    .venv/bin/python bench/replay_whatif_accuracy.py RESULTS_DIR|RESULTS.jsonl.gz [--seed 100] [--waves]
+    .venv/bin/python bench/replay_whatif_accuracy.py RESULTS_DIR|RESULTS.jsonl.gz [--seed N] [--waves]
         [--ttft-split CASE] [--ttft-shape CASE]
 
 Each case's probe, run A twice and run B twice are found by their seeds (bench_whatif_accuracy.py uses 100 + case
@@ -12,9 +12,10 @@ it also prints the concurrency-48 case's simulated closed loop wave by wave, in 
 runs A and B, the mean TTFT measured outside and inside the engine (the server's queue + prefill histograms) beside
 the simulated hand-off and engine parts. With --ttft-shape CASE it prints the spread of that case's TTFTs request by
 request, measured and simulated, after a closed loop's first wave (runs saved with their per-request TTFTs only).
-tests/data/whatif/ holds twelve such runs (results trimmed of per-request lists and diagnoses; the nine pinned ones
-keep each request's TTFT): three with the engine sharing both cores with the API server and the client, nine with it
-on a core of its own (pinned-*).
+tests/data/whatif/ holds fifteen such runs (scripts/pack_whatif_runs.py: results trimmed of per-request lists and
+diagnoses; the pinned and proof ones keep each request's TTFT): three of the bench with the engine sharing both cores
+with the API server and the client, nine of the bench with it on a core of its own (pinned-*), and three of the
+integration test's, one in a full scripts/check and two of the test alone (proof-*, seeds 200+).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from vllm_tune.tools.whatif.accuracy import (
     evaluate_saved,
     failures,
     load_saved,
+    saved_seed,
     summary_table,
     table,
 )
@@ -48,7 +50,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, help="the folder bench_whatif_accuracy.py saved its runs in, or a "
                                                ".jsonl(.gz) of results")
-    ap.add_argument("--seed", type=int, default=100, help="seed of the first case (100: the bench, 200: the test)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="seed of the first case (100: the bench, 200: the test; default: 200 for a proof-* file or "
+                         "folder, else 100)")
     ap.add_argument("--waves", action="store_true", help="the concurrency-48 case's simulated waves")
     ap.add_argument("--ttft-split", type=int, metavar="CASE", default=None,
                     help="for case CASE (1-6), each run's mean TTFT split outside and inside the engine, measured "
@@ -65,6 +69,8 @@ def main() -> int:
     if not results:
         print(f"no result.json under {args.results}", file=sys.stderr)
         return 2
+    if args.seed is None:
+        args.seed = saved_seed(args.results)
     outcomes = []
     for i, case in enumerate(CASES):
         try:

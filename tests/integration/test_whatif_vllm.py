@@ -33,7 +33,15 @@ import pytest
 from support.cpu_split import on_frontend_cores, split_cores
 from support.vllm_server import VllmFactory
 
-from vllm_tune.tools.whatif.accuracy import CASES, CaseOutcome, calibration_line, failures, run_case, table
+from vllm_tune.tools.whatif.accuracy import (
+    CASES,
+    PROOF_SEED,
+    CaseOutcome,
+    calibration_line,
+    failures,
+    run_case,
+    table,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -65,7 +73,7 @@ async def test_predictions_hold_against_six_real_runs(vllm_server_factory: VllmF
     with on_frontend_cores(split):
         for i, case in enumerate(CASES):
             a_url = await start({})  # touching A keeps it the most recently used server of the factory
-            cal, outcome = await run_case(a_url, {}, start, case, seed=200 + i, save_result=str(save))
+            cal, outcome = await run_case(a_url, {}, start, case, seed=PROOF_SEED + i, save_result=str(save))
             outcomes.append(outcome)
             calibrations.append(f"{case.name}: {calibration_line(cal)}")
     report = "\n".join(calibrations) + "\n\n" + table(outcomes)

@@ -1,14 +1,15 @@
 """what_if's predictions replayed on real runs of the accuracy protocol: bench/bench_whatif_accuracy.py on the suite's
 vLLM 0.32.0 CPU server (a 2-core VM, 2026-12-06 and 07, A and B alternating), their 48 to 99 results each trimmed of
-per-request lists (the pinned runs keep each request's TTFT) and diagnoses in tests/data/whatif/. In the three bench-*
-runs the engine, the API server and the client shared both cores; in the nine pinned-* runs the engine core process
-had a core of its own and the API server and client the other (tests/support/cpu_split.py), as the integration test
-and the bench now run. The run of 12-07 01:52 is a noisy one: its probes ran slower than those of 12-06 (TPOT at 32
-streams 3.4-5.4 ms against 2.7-3.1 in most of them) while its runs did not all (the max_num_seqs case's run A 2.7 ms
-at 24 streams, as on 12-06), and most of its misses come from that; in the one of 04:55 two probes moved under the
-host's speed. The fit and the simulation are deterministic, so this holds a change to the step model or the fit
-against the same measurements: it must not do worse on any run than the model that went in with them (README, what_if
-section).
+per-request lists (the pinned and proof runs keep each request's TTFT) and diagnoses in tests/data/whatif/
+(scripts/pack_whatif_runs.py). In the three bench-* runs the engine, the API server and the client shared both cores; in
+the nine pinned-* runs the engine core process had a core of its own and the API server and client the other
+(tests/support/cpu_split.py), as the integration test and the bench now run; proof-* holds the integration test's own
+runs (seeds 200+, accuracy.saved_seed), from a full scripts/check (12:09) and from the test run alone (13:39; 13:58
+beside idle servers). The run of 12-07 01:52 is a noisy one: its probes ran slower than those of 12-06 (TPOT at 32
+streams 3.4-5.4 ms against 2.7-3.1 in most of them) while its runs did not all (the max_num_seqs case's run A 2.7 ms at
+24 streams, as on 12-06), and most of its misses come from that; in the one of 04:55 two probes moved under the host's
+speed. The fit and the simulation are deterministic, so this holds a change to the step model or the fit against the
+same measurements: it must not do worse on any run than the model that went in with them (README, what_if section).
 Offline, with every table: bench/replay_whatif_accuracy.py FILE.
 """
 
@@ -23,7 +24,15 @@ import pytest
 import yaml
 
 from vllm_tune.tools.whatif import heldout
-from vllm_tune.tools.whatif.accuracy import CASES, QUICK_PROBE, CaseOutcome, evaluate_saved, failures, load_saved
+from vllm_tune.tools.whatif.accuracy import (
+    CASES,
+    QUICK_PROBE,
+    CaseOutcome,
+    evaluate_saved,
+    failures,
+    load_saved,
+    saved_seed,
+)
 from vllm_tune.tools.whatif.heldout import HELDOUT_FILE, document
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "whatif"
@@ -58,17 +67,32 @@ RUNS = {
     # A quiet morning run (10:51, about 6 minutes): 5 of its 6 misses in the long-prompt case, whose calibration put
     # the cost per context token at 0 (B's ITL rose 30 % from 300- to 900-token prompts, predicted +0 %).
     "pinned-2026-12-07T1051.jsonl.gz": (34, 6, 0.10),
+    # The integration test's runs from a full scripts/check (12:09-12:29, VLLM_TUNE_KEEP_WHATIF_RUNS, seeds 200+):
+    # the concurrency-48 p90 TTFT (+37 %), over-predicted in each of that session's three full checks and on
+    # fewer of the quiet bench runs, and the long-prompt case's median ITL (+23 %).
+    "proof-2026-12-07T1209.jsonl.gz": (39, 2, 0.10),
+    # The integration test alone (13:39-13:45, three cases probed twice): the concurrency-48 median and p90 ITL 59-60 %
+    # low (B's tokens reached the client about three to a chunk, median ITL 12 ms against a 4.1 ms TPOT: the API server
+    # fell far behind its 48 streams, which the probe's 32 did not show), the chunked case's p50 TTFT (+76 %) and the
+    # preempting case's p50 TTFT, ITL and TPOT (+22 to +27 %; its B runs' throughput differed by a fifth).
+    "proof-2026-12-07T1339.jsonl.gz": (39, 6, 0.10),
+    # The test alone again (13:58), beside three idle vLLM servers and a Prometheus scraping one every second, as a
+    # full check's session leaves them: only 27 metrics repeated; the fitted in-flight share 1.6-3.3 ms (0.3-3.0 in
+    # the run alone), the concurrency-48 p90 TTFT within target (-0 %), its ITL 42 % low, the Poisson p50 TTFT +33 %.
+    "proof-2026-12-07T1358.jsonl.gz": (27, 5, 0.33),
 }
 SIZES = {"pinned-2026-12-07T0455.jsonl.gz": 54, "pinned-2026-12-07T0513.jsonl.gz": 69,
          "pinned-2026-12-07T0713.jsonl.gz": 89, "pinned-2026-12-07T0720.jsonl.gz": 99,
-         "pinned-2026-12-07T0727.jsonl.gz": 89, "pinned-2026-12-07T1051.jsonl.gz": 64}
+         "pinned-2026-12-07T0727.jsonl.gz": 89, "pinned-2026-12-07T1051.jsonl.gz": 64,
+         "proof-2026-12-07T1209.jsonl.gz": 59, "proof-2026-12-07T1339.jsonl.gz": 69,
+         "proof-2026-12-07T1358.jsonl.gz": 74}
 
 
 @functools.cache
 def _replayed(name: str) -> list[CaseOutcome]:
-    """Every case of a saved run fitted and predicted with the current model (bench seeds 100+)."""
+    """Every case of a saved run fitted and predicted with the current model (its own seeds: bench 100+, proof 200+)."""
     results = load_saved(DATA / name)
-    return [evaluate_saved(results, 100 + i, case)[1] for i, case in enumerate(CASES)]
+    return [evaluate_saved(results, saved_seed(name) + i, case)[1] for i, case in enumerate(CASES)]
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))

@@ -253,6 +253,16 @@ def evaluate(case: Case, seed: int, a_flags: dict[str, str], runs: CaseRuns) -> 
     return cal, outcome
 
 
+# The first case's seed (case i uses this + i): bench/bench_whatif_accuracy.py's runs, and the integration test's
+# (tests/integration/test_whatif_vllm.py), which are saved as proof-* when kept (VLLM_TUNE_KEEP_WHATIF_RUNS).
+BENCH_SEED, PROOF_SEED = 100, 200
+
+
+def saved_seed(path: str | Path) -> int:
+    """The first case's seed of a saved run, from its name: proof-* runs are the integration test's."""
+    return PROOF_SEED if Path(path).name.startswith("proof-") else BENCH_SEED
+
+
 def load_saved(path: str | Path) -> list[dict[str, Any]]:
     """Saved run_benchmark results: every result.json under a folder, or one JSON object a line (.jsonl, .jsonl.gz)."""
     p = Path(path)
