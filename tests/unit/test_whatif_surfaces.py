@@ -97,6 +97,8 @@ async def test_predictions_beyond_the_calibrated_range_are_flagged(results: list
     assert '"concurrency 48, 192 in / 96 out"' in far and "p90 TTFT " in far and "p50 ITL " in far
     [longer] = [w for w in out.variants[1].warnings if "1500-token prompts" in w]
     assert '"long prompts 900 in / 40 out, c=6"' in longer and "p50 TPOT " in longer
+    # and which way the fitted prefill cost errs for prompts longer than the calibration's (bench_prefill_len.py)
+    assert "prefill cost fitted on shorter prompts is a low estimate" in longer
 
 
 @pytest.mark.anyio
