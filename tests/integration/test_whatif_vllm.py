@@ -20,7 +20,8 @@ where the front end takes the forward pass's core at each intake the chunked cas
 for that reason alone (README, what_if section).
 
 With VLLM_TUNE_KEEP_WHATIF_RUNS=DIR the runs are saved under DIR instead of a temporary folder, to be replayed with
-`bench/replay_whatif_accuracy.py DIR --seed 200` (this test's seeds) like the bench's.
+`bench/replay_whatif_accuracy.py DIR --seed 200` (this test's seeds) like the bench's, and packed for
+tests/data/whatif/ with `scripts/pack_whatif_runs.py DIR tests/data/whatif/proof-<date>T<hhmm>.jsonl.gz`.
 """
 
 from __future__ import annotations

@@ -254,7 +254,7 @@ def evaluate(case: Case, seed: int, a_flags: dict[str, str], runs: CaseRuns) -> 
 
 
 # The first case's seed (case i uses this + i): bench/bench_whatif_accuracy.py's runs, and the integration test's
-# (tests/integration/test_whatif_vllm.py), which are saved as proof-* when kept (VLLM_TUNE_KEEP_WHATIF_RUNS).
+# (tests/integration/test_whatif_vllm.py), whose kept runs are saved as proof-* (scripts/pack_whatif_runs.py).
 BENCH_SEED, PROOF_SEED = 100, 200
 
 
