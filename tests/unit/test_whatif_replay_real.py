@@ -4,8 +4,8 @@ per-request lists (the pinned and proof runs keep each request's TTFT) and diagn
 (scripts/pack_whatif_runs.py). In the three bench-* runs the engine, the API server and the client shared both cores; in
 the nine pinned-* runs the engine core process had a core of its own and the API server and client the other
 (tests/support/cpu_split.py), as the integration test and the bench now run; proof-* holds the integration test's own
-runs (seeds 200+, accuracy.saved_seed), from a full scripts/check (12:09) and from the test run alone (13:39; 13:58
-beside idle servers). The run of 12-07 01:52 is a noisy one: its probes ran slower than those of 12-06 (TPOT at 32
+runs (seeds 200+, accuracy.saved_seed), from full scripts/check runs (12:09, 14:28) and from the test run alone (13:39;
+13:58 beside idle servers). The run of 12-07 01:52 is a noisy one: its probes ran slower than those of 12-06 (TPOT at 32
 streams 3.4-5.4 ms against 2.7-3.1 in most of them) while its runs did not all (the max_num_seqs case's run A 2.7 ms at
 24 streams, as on 12-06), and most of its misses come from that; in the one of 04:55 two probes moved under the host's
 speed. The fit and the simulation are deterministic, so this holds a change to the step model or the fit against the
@@ -80,12 +80,16 @@ RUNS = {
     # full check's session leaves them: only 27 metrics repeated; the fitted in-flight share 1.6-3.3 ms (0.3-3.0 in
     # the run alone), the concurrency-48 p90 TTFT within target (-0 %), its ITL 42 % low, the Poisson p50 TTFT +33 %.
     "proof-2026-12-07T1358.jsonl.gz": (27, 5, 0.33),
+    # A full scripts/check again (14:28): the concurrency-48 throughput +22 % and TPOT -21 % (B measured 73 and 81
+    # req/s at a TPOT of 5.2 and 4.8 ms, 3.9 predicted from the probe's 32 streams), the chunked case's p50 TTFT
+    # (+23 %) and the direction of its p90 TPOT; the concurrency-48 p90 TTFT within target this time (+12 %).
+    "proof-2026-12-07T1428.jsonl.gz": (41, 4, 0.10),
 }
 SIZES = {"pinned-2026-12-07T0455.jsonl.gz": 54, "pinned-2026-12-07T0513.jsonl.gz": 69,
          "pinned-2026-12-07T0713.jsonl.gz": 89, "pinned-2026-12-07T0720.jsonl.gz": 99,
          "pinned-2026-12-07T0727.jsonl.gz": 89, "pinned-2026-12-07T1051.jsonl.gz": 64,
          "proof-2026-12-07T1209.jsonl.gz": 59, "proof-2026-12-07T1339.jsonl.gz": 69,
-         "proof-2026-12-07T1358.jsonl.gz": 74}
+         "proof-2026-12-07T1358.jsonl.gz": 74, "proof-2026-12-07T1428.jsonl.gz": 59}
 
 
 @functools.cache
