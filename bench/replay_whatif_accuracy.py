@@ -30,13 +30,16 @@ from vllm_tune.tools.bench.api import RunBenchmarkInput
 from vllm_tune.tools.bench.metrics import percentile
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.whatif.accuracy import (
+    B_SEED_OFFSET,
     CASES,
+    RUNS_OF_A_CASE,
     Case,
     calibration_line,
     engine_updates,
     evaluate_saved,
     failures,
     load_saved,
+    results_by_seed,
     saved_seed,
     summary_table,
     table,
@@ -81,7 +84,7 @@ def main() -> int:
         outcomes.append(outcome)
         print(f"{case.name}: {calibration_line(cal)}", flush=True)
         if args.waves and i == 0:
-            print("\n".join(simulated_waves(cal, case, args.seed + 1000)) + "\n")
+            print("\n".join(simulated_waves(cal, case, args.seed + B_SEED_OFFSET)) + "\n")
         if args.ttft_split == i + 1:
             print("\n".join(ttft_split(results, cal, case, args.seed + i)) + "\n")
         if args.ttft_shape == i + 1:
@@ -98,10 +101,6 @@ def main() -> int:
     return 0
 
 
-# A case's four measured runs: name, seed offset from the case's seed, and whether B's server flags apply.
-RUNS_OF_A_CASE = (("A", 0, False), ("B", 1000, True), ("A again", 3000, False), ("B again", 2000, True))
-
-
 def _schedulable(tr: Trace, model: StepModel, r: int) -> float:
     """When simulated request r could first be scheduled: its send plus its hand-off (and intake queue)."""
     return tr.send[r] + model.hand_off_s(tr.others_at_send[r]) + tr.hand_off_extra[r]
@@ -113,7 +112,7 @@ def ttft_split(results: list[dict[str, Any]], cal: Calibration, case: Case, seed
     client and the API server, the wait for the running step to end, the first token's way out); beside them the
     simulated mean TTFT, hand-off (send to schedulable) and engine part (schedulable to first token, which holds
     the wait for the running step)."""
-    by_seed = {int((r.get("provenance") or {}).get("seed") or -1): r for r in results}
+    by_seed = results_by_seed(results)
     out = ["| run | TTFT ms | server queue + prefill ms | outside ms | simulated TTFT ms | simulated hand-off ms | "
            "simulated engine ms |", "|---|---:|---:|---:|---:|---:|---:|"]
     for name, offset, changed in RUNS_OF_A_CASE:
@@ -140,7 +139,7 @@ def ttft_shape(results: list[dict[str, Any]], cal: Calibration, case: Case, seed
     requests after a closed loop's first wave (all of an open loop's), measured (the result's per-request TTFTs) and
     simulated request by request on the same prompts. The first wave is left out because it prefills together in
     both; what follows shows whether the simulated loop spreads its requests as the server did."""
-    by_seed = {int((r.get("provenance") or {}).get("seed") or -1): r for r in results}
+    by_seed = results_by_seed(results)
     out = ["| run | requests | measured p10 / p50 / p90 ms | simulated p10 / p50 / p90 ms | measured / simulated "
            "mean ms |", "|---|---:|---:|---:|---:|"]
     for name, offset, changed in RUNS_OF_A_CASE:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from generated_file import write_or_check
 
-from vllm_tune.tools.whatif.accuracy import CASES, CaseOutcome, evaluate_saved, load_saved, saved_seed
+from vllm_tune.tools.whatif.accuracy import CaseOutcome, replay_saved
 from vllm_tune.tools.whatif.heldout import HELDOUT_FILE, document
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "whatif"
@@ -19,11 +19,7 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "whatif"
 
 def replay_all(data: Path = DATA) -> dict[str, list[CaseOutcome]]:
     """Every saved run under `data`, each case fitted and predicted with the current model (each run's own seeds)."""
-    out: dict[str, list[CaseOutcome]] = {}
-    for path in sorted(data.glob("*.jsonl.gz")):
-        results = load_saved(path)
-        out[path.name] = [evaluate_saved(results, saved_seed(path) + i, case)[1] for i, case in enumerate(CASES)]
-    return out
+    return {path.name: replay_saved(path) for path in sorted(data.glob("*.jsonl.gz"))}
 
 
 def main(argv: list[str] | None = None) -> int:

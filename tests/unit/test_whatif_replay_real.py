@@ -31,7 +31,7 @@ from vllm_tune.tools.whatif.accuracy import (
     evaluate_saved,
     failures,
     load_saved,
-    saved_seed,
+    replay_saved,
 )
 from vllm_tune.tools.whatif.heldout import HELDOUT_FILE, document
 
@@ -95,8 +95,7 @@ SIZES = {"pinned-2026-12-07T0455.jsonl.gz": 54, "pinned-2026-12-07T0513.jsonl.gz
 @functools.cache
 def _replayed(name: str) -> list[CaseOutcome]:
     """Every case of a saved run fitted and predicted with the current model (its own seeds: bench 100+, proof 200+)."""
-    results = load_saved(DATA / name)
-    return [evaluate_saved(results, saved_seed(name) + i, case)[1] for i, case in enumerate(CASES)]
+    return replay_saved(DATA / name)
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))

@@ -188,6 +188,16 @@ async def measure(url: str, case: Case, seed: int, save_result: str,
 
 StartServer = Callable[[dict[str, str]], Awaitable[str]]
 
+# A case's four measured runs, in the order run_case takes them: name, seed offset from the case's seed, and whether
+# they run on B (the case's server flags and load). evaluate_saved() and the replay's tables find them by these seeds.
+RUNS_OF_A_CASE = (("A", 0, False), ("B", 1000, True), ("A again", 3000, False), ("B again", 2000, True))
+B_SEED_OFFSET = RUNS_OF_A_CASE[1][1]
+
+
+def results_by_seed(results: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Saved run_benchmark results by the seed their provenance records (-1 where none)."""
+    return {int((r.get("provenance") or {}).get("seed") or -1): r for r in results}
+
 
 @dataclass
 class CaseRuns:
@@ -218,10 +228,10 @@ async def run_case(a_url: str, a_flags: dict[str, str], start: StartServer, case
     # point's TPOT 1.5-2.3 ms on the suite's 2-core VM within ten minutes), and pairs taken one after the
     # other would read a drift between them as the change from A to B. Alternated, a drift widens both
     # pairs' spreads, which the direction test and the judgeability below take into account.
-    ref = await measure(a_url, case, seed, save_result, load=case.reference_load)
-    got = await measure(b_url, case, seed + 1000, save_result)
-    ref_again = await measure(a_url, case, seed + 3000, save_result, load=case.reference_load)
-    again = await measure(b_url, case, seed + 2000, save_result)
+    ref, got, ref_again, again = [  # one after another, in that order
+        await measure(b_url if on_b else a_url, case, seed + offset, save_result,
+                      load=None if on_b else case.reference_load)
+        for _name, offset, on_b in RUNS_OF_A_CASE]
     return evaluate(case, seed, a_flags, CaseRuns(observed, engine, conditions, ref, got, ref_again, again))
 
 
@@ -232,7 +242,7 @@ def evaluate(case: Case, seed: int, a_flags: dict[str, str], runs: CaseRuns) -> 
     cal = fit(observed, runs.engine, source="probe", conditions=runs.conditions)
     url = str((ref.get("provenance") or {}).get("server_url") or "http://127.0.0.1:1")
     ref_req = RunBenchmarkInput(url=url, seed=seed, **case.reference_load)
-    b_req = RunBenchmarkInput(url=url, seed=seed + 1000, **case.load)
+    b_req = RunBenchmarkInput(url=url, seed=seed + B_SEED_OFFSET, **case.load)
     b_flags = {**a_flags, **case.flags}
     cache = dict((got.get("server") or {}).get("cache_config") or {})
     b_engine = engine_from(cache, b_flags, cal.engine.max_model_len) if cache else \
@@ -263,6 +273,13 @@ def saved_seed(path: str | Path) -> int:
     return PROOF_SEED if Path(path).name.startswith("proof-") else BENCH_SEED
 
 
+def replay_saved(path: str | Path) -> list[CaseOutcome]:
+    """Every case of a saved run (a .jsonl.gz of tests/data/whatif, or a kept folder) fitted and predicted with the
+    current model, on the run's own seeds (saved_seed)."""
+    results = load_saved(path)
+    return [evaluate_saved(results, saved_seed(path) + i, case)[1] for i, case in enumerate(CASES)]
+
+
 def load_saved(path: str | Path) -> list[dict[str, Any]]:
     """Saved run_benchmark results: every result.json under a folder, or one JSON object a line (.jsonl, .jsonl.gz)."""
     p = Path(path)
@@ -276,9 +293,10 @@ def evaluate_saved(results: list[dict[str, Any]], seed: int, case: Case,
                    a_flags: dict[str, str] | None = None) -> tuple[Calibration, CaseOutcome]:
     """evaluate() on the saved results of an earlier run_case (its seed picks the case's runs out of them): the
     whole protocol again, offline, for a changed model or fit."""
-    by_seed = {int((r.get("provenance") or {}).get("seed") or -1): r for r in results}
+    by_seed = results_by_seed(results)
     probe_seeds = probe_seed_layout(10 * seed, len(QUICK_PROBE))[0]
-    wanted = [*probe_seeds, seed, seed + 1000, seed + 3000, seed + 2000]
+    run_seeds = [seed + offset for _name, offset, _on_b in RUNS_OF_A_CASE]
+    wanted = [*probe_seeds, *run_seeds]
     missing = [s for s in wanted if s not in by_seed]
     if missing:
         raise BadInputError(f"case {case.name!r}: no saved runs with seeds {missing}")
@@ -299,8 +317,8 @@ def evaluate_saved(results: list[dict[str, Any]], seed: int, case: Case,
     observed = [observed_from_result(r, f"probe-{i}") for i, r in enumerate(probes)]
     cache = dict((probes[0].get("server") or {}).get("cache_config") or {})
     engine = engine_from(cache, a_flags, (probes[0].get("provenance") or {}).get("max_model_len"))
-    runs = CaseRuns(observed, engine, conditions, by_seed[seed], by_seed[seed + 1000], by_seed[seed + 3000],
-                    by_seed[seed + 2000])
+    ref, got, ref_again, b_again = (by_seed[s] for s in run_seeds)
+    runs = CaseRuns(observed, engine, conditions, ref, got, ref_again, b_again)
     return evaluate(case, seed, a_flags or {}, runs)
 
 
