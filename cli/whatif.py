@@ -126,7 +126,7 @@ def _whatif(args: argparse.Namespace) -> int:
           f"per request in flight, new requests taken in {m.intake_gap_s * 1e3:.2f} ms apart, stream start "
           f"{m.stream_start_s * 1e3:.1f} ms, API server "
           f"{m.stream_per_seq_s * 1e6:.0f} us per stream a round (tokens merge into chunks beyond), token gaps "
-          f"spread by a log-normal sigma {m.itl_spread:.2f}")
+          f"spread by a log-normal sigma {m.itl_spread:.2f}, each request's decode time by {m.tpot_spread:.2f}")
     if cal.max_abs_relative_error is not None:
         print(f"  reproduces its {cal.conditions.get('seen', {}).get('runs', '?')} runs within "
               f"{cal.max_abs_relative_error:.0%} (residuals in --json)")

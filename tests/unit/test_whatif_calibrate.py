@@ -197,6 +197,18 @@ def test_fit_recovers_the_spread_of_delivered_token_gaps() -> None:
     assert fit(_synthetic_runs(TRUE), ENGINE, source="results").step_model.itl_spread <= 0.05
 
 
+def test_fit_recovers_the_spread_of_each_requests_decode_time() -> None:
+    uneven = TRUE.model_copy(update={"tpot_spread": 0.2})
+    cal = fit(_synthetic_runs(uneven), ENGINE, source="results")
+    assert cal.step_model.tpot_spread == pytest.approx(0.2, abs=0.03)
+    assert [r for r in cal.residuals if r.metric == "p90_tpot_ms"]
+    for r in cal.residuals:
+        if r.metric in ("median_tpot_ms", "p90_tpot_ms"):
+            assert abs(r.relative_error) < 0.08, r
+    # Runs whose requests all decode alike fit (almost) none.
+    assert fit(_synthetic_runs(TRUE), ENGINE, source="results").step_model.tpot_spread <= 0.04
+
+
 @pytest.mark.anyio
 async def test_each_probe_draws_fresh_prompts_unless_given_a_seed(monkeypatch: pytest.MonkeyPatch) -> None:
     # A probe that repeated an earlier probe's prompts would be served from the prefix cache.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import pytest
 
@@ -238,6 +239,30 @@ def test_itl_spread_keeps_the_mean_gap_and_widens_p90_as_a_log_normal() -> None:
     assert spread["median_itl_ms"] == pytest.approx(10.0 * math.exp(-sigma**2 / 2), rel=0.03)
     assert spread["p90_itl_ms"] == pytest.approx(10.0 * math.exp(1.2816 * sigma - sigma**2 / 2), rel=0.05)
     assert spread["median_ttft_ms"] == plain["median_ttft_ms"]  # only delivered gaps spread
+
+
+def test_tpot_spread_keeps_each_mean_and_widens_the_tpot_and_e2el_tails_only() -> None:
+    flat = StepModel(fixed_s=0.010, per_decode_seq_s=0.0, per_prefill_token_s=0.0)
+    load = Load(lens=[(16, 101)] * 4, concurrency=4, request_rate="inf")
+    cfg = EngineConfig(num_gpu_blocks=10_000)
+    tr = run(cfg, flat, load)
+    sigma = 0.2
+    plain = summarize(tr, load, cfg, flat, percentiles=[50.0, 90.0], slo_ms={"tpot": 10.5})
+    spread = summarize(tr, load, cfg, flat.model_copy(update={"tpot_spread": sigma}), percentiles=[50.0, 90.0],
+                       slo_ms={"tpot": 10.5})
+    assert plain["p90_tpot_ms"] == pytest.approx(10.0) and plain["median_tpot_ms"] == pytest.approx(10.0)
+    assert spread["mean_tpot_ms"] == pytest.approx(plain["mean_tpot_ms"], rel=1e-6)
+    assert spread["mean_e2el_ms"] == pytest.approx(plain["mean_e2el_ms"], rel=1e-6)
+    assert spread["p90_tpot_ms"] == pytest.approx(10.0 * math.exp(1.2816 * sigma - sigma**2 / 2), rel=0.03)
+    assert spread["p90_e2el_ms"] > plain["p90_e2el_ms"] + 100  # 100 decode gaps, each 1.2x longer at p90
+    for same in ("median_ttft_ms", "p90_ttft_ms", "median_itl_ms", "p90_itl_ms", "request_throughput", "duration"):
+        assert spread[same] == plain[same], same
+    # Goodput counts each request as the share of its spread decode times within the SLO: all of them at a flat 10 ms,
+    # about the log-normal's share below 1.05 of its mean (0.6 of it) when spread.
+    assert plain["request_goodput"] == pytest.approx(plain["request_throughput"])
+    share = NormalDist().cdf((math.log(1.05) + sigma**2 / 2) / sigma)
+    throughput = plain["request_throughput"]
+    assert spread["request_goodput"] == pytest.approx(share * throughput, abs=0.07 * throughput)
 
 
 def test_the_null_block_is_not_for_requests() -> None:

@@ -103,6 +103,10 @@ class StepModel(BaseModel):
     itl_spread: float = Field(default=0.0, ge=0, le=3,
                               description="log-normal sigma of delivered inter-token gaps around the engine's step "
                                           "time (mean kept): how unevenly tokens reach the client")
+    tpot_spread: float = Field(default=0.0, ge=0, le=3,
+                               description="log-normal sigma of each request's decode time around the simulated one "
+                                           "(mean kept): how unevenly the host runs from one request's life to "
+                                           "another's, which the deterministic steps do not show")
 
     def hand_off_s(self, others_in_flight: int) -> float:
         return self.request_overhead_s + self.overhead_per_request_in_flight_s * others_in_flight
