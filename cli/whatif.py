@@ -123,7 +123,8 @@ def _whatif(args: argparse.Namespace) -> int:
           f"{m.fixed_s * 1e3:.2f} ms + {m.per_decode_seq_s * 1e3:.3f} ms/decode seq + "
           f"{m.per_prefill_token_s * 1e6:.2f} us/prefill token + {m.per_context_token_s * 1e9:.2f} ns/context token; "
           f"request hand-off {m.request_overhead_s * 1e3:.1f} ms + {m.overhead_per_request_in_flight_s * 1e3:.2f} ms "
-          f"per request in flight, new requests taken in {m.intake_gap_s * 1e3:.2f} ms apart, stream start "
+          f"per request in flight (+ {m.idle_wake_s * 1e3:.1f} ms sent to an idle server), new requests taken in "
+          f"{m.intake_gap_s * 1e3:.2f} ms apart, stream start "
           f"{m.stream_start_s * 1e3:.1f} ms, API server "
           f"{m.stream_per_seq_s * 1e6:.0f} us per stream a round (tokens merge into chunks beyond), token gaps "
           f"spread by a log-normal sigma {m.itl_spread:.2f}, each request's decode time by {m.tpot_spread:.2f}")

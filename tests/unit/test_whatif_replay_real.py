@@ -2,7 +2,7 @@
 vLLM 0.32.0 CPU server (a 2-core VM, 2026-12-06 and 07, A and B alternating), their 48 to 99 results each trimmed of
 per-request lists (the pinned and proof runs keep each request's TTFT) and diagnoses in tests/data/whatif/
 (scripts/pack_whatif_runs.py). In the three bench-* runs the engine, the API server and the client shared both cores; in
-the nine pinned-* runs the engine core process had a core of its own and the API server and client the other
+the twelve pinned-* runs the engine core process had a core of its own and the API server and client the other
 (tests/support/cpu_split.py), as the integration test and the bench now run; proof-* holds the integration test's own
 runs (seeds 200+, accuracy.saved_seed), from full scripts/check runs (12:09, 14:28) and from the test run alone (13:39;
 13:58 beside idle servers). The run of 12-07 01:52 is a noisy one: its probes ran slower than those of 12-06 (TPOT at 32
@@ -44,7 +44,9 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "whatif"
 # shared the engine's cores). The API server's intake queue (StepModel.intake_gap_s) took the pinned runs to 1 and 2
 # misses and 1732 back to 7 (17 over the five runs to 13). A spread of each request's decode time
 # (StepModel.tpot_spread) took the sixteen runs from 68 misses to 61: the chunked case's p90 TPOT direction on six of
-# them and the Poisson case's p90 TPOT on 2231; 0455 gained one (below).
+# them and the Poisson case's p90 TPOT on 2231; 0455 gained one (below). A wake-up for requests sent to an idle server
+# (StepModel.idle_wake_s, fitted where run A was Poisson at 2 req/s) took the nineteen runs from 68 to 63: the Poisson
+# case's p50 and p90 TTFT directions on 1658 and 1709, a chunked-case p90 TPOT on 0513.
 RUNS = {
     "bench-2026-12-06T1725.jsonl.gz": (34, 1, 0.15),
     "bench-2026-12-06T1732.jsonl.gz": (40, 7, 0.21),
@@ -55,10 +57,11 @@ RUNS = {
     # Two probes moved under the host's speed (-50 % and +83 % from start to end; each probe's first point ran again
     # at its end, so this run has 54 results): those two cases carry 8 of the 12 misses. Probes now are taken again
     # when they move beyond 15 %, which this run predates. The twelfth came with the decode-time spread: the
-    # preempting case's p90 TPOT (+59 %), whose median the drifted probe already put 58 % high.
-    "pinned-2026-12-07T0455.jsonl.gz": (39, 12, 0.11),
+    # preempting case's p90 TPOT (+59 %), whose median the drifted probe already put 58 % high. With the idle
+    # wake-up its Poisson p50 TTFT went from +11 % to +16 % (A's 11.2-11.4 ms at 2 req/s against B's 9.5-11.1).
+    "pinned-2026-12-07T0455.jsonl.gz": (39, 12, 0.17),
     # The first run with probes taken again when they moved (three cases, -29/-24/-21 % then +4/+3/-9 %; 69 results).
-    "pinned-2026-12-07T0513.jsonl.gz": (35, 3, 0.22),
+    "pinned-2026-12-07T0513.jsonl.gz": (35, 2, 0.22),
     # Three runs minutes apart on a quick moment of the box (about 6 minutes each), each with a second probe taken
     # after B's runs (seeds 10 x the case's + 50000; tried as part of the calibration and not kept, so the replay
     # leaves it out: 11 misses over the three with it, 9 without). Their misses: the max_num_batched_tokens=256
@@ -70,6 +73,14 @@ RUNS = {
     # A quiet morning run (10:51, about 6 minutes): 5 of its 6 misses in the long-prompt case, whose calibration put
     # the cost per context token at 0 (B's ITL rose 30 % from 300- to 900-token prompts, predicted +0 %).
     "pinned-2026-12-07T1051.jsonl.gz": (34, 6, 0.10),
+    # Three runs back to back that evening (16:58-17:14), whose probes also timed lone prompts of 128, 512 and 1008
+    # tokens by the server's prefill histogram (seeds 10 x the case's + 70000 + i; for a cost per prefill token pair,
+    # tried and not kept: 9 misses over the three with it, 7 without). The server's median TTFT at Poisson 2 req/s
+    # (run A, 15 ms) was above the one at 6 req/s (12-13 ms): an idle server's wake-up, without which the Poisson
+    # case's TTFT directions were wrong on two of them. Left: the chunked case's p50 TTFT (+30 to +51 %).
+    "pinned-2026-12-07T1658.jsonl.gz": (42, 1, 0.10),
+    "pinned-2026-12-07T1704.jsonl.gz": (42, 1, 0.10),
+    "pinned-2026-12-07T1709.jsonl.gz": (42, 1, 0.10),
     # The integration test's runs from a full scripts/check (12:09-12:29, VLLM_TUNE_KEEP_WHATIF_RUNS, seeds 200+):
     # the concurrency-48 p90 TTFT (+37 %), over-predicted in each of that session's three full checks and on
     # fewer of the quiet bench runs, and the long-prompt case's median ITL (+23 %).
@@ -92,7 +103,9 @@ SIZES = {"pinned-2026-12-07T0455.jsonl.gz": 54, "pinned-2026-12-07T0513.jsonl.gz
          "pinned-2026-12-07T0713.jsonl.gz": 89, "pinned-2026-12-07T0720.jsonl.gz": 99,
          "pinned-2026-12-07T0727.jsonl.gz": 89, "pinned-2026-12-07T1051.jsonl.gz": 64,
          "proof-2026-12-07T1209.jsonl.gz": 59, "proof-2026-12-07T1339.jsonl.gz": 69,
-         "proof-2026-12-07T1358.jsonl.gz": 74, "proof-2026-12-07T1428.jsonl.gz": 59}
+         "proof-2026-12-07T1358.jsonl.gz": 74, "proof-2026-12-07T1428.jsonl.gz": 59,
+         "pinned-2026-12-07T1658.jsonl.gz": 72, "pinned-2026-12-07T1704.jsonl.gz": 77,
+         "pinned-2026-12-07T1709.jsonl.gz": 72}
 
 
 @functools.cache

@@ -192,6 +192,18 @@ def test_an_arrival_after_the_streaming_of_a_step_waits_no_in_flight_share() -> 
     assert min(closed.others_at_send[1:]) >= 1 and set(closed.hand_off_extra) == {0.0}
 
 
+def test_a_request_sent_to_an_idle_server_waits_its_wake_up() -> None:
+    # 10 ms steps and a 3 ms wake-up: the first request and the third (sent after the first finished) reach an idle
+    # server, the second arrives while the first is in flight and waits only for the running step to end.
+    waking = StepModel(fixed_s=0.010, per_decode_seq_s=0.0, per_prefill_token_s=0.0, idle_wake_s=0.003)
+    load = Load(lens=[(16, 20), (16, 2), (16, 2)], offsets=[0.0, 0.005, 0.5])
+    tr = run(EngineConfig(num_gpu_blocks=10_000), waking, load, keep_windows=True)
+    assert tr.idle_at_send == [1, 0, 1]
+    assert [round((f - s) * 1e3, 6) for s, f in zip(tr.send, tr.first, strict=True)] == [13.0, 18.0, 13.0]
+    plain = run(EngineConfig(num_gpu_blocks=10_000), waking.model_copy(update={"idle_wake_s": 0.0}), load)
+    assert [round((f - s) * 1e3, 6) for s, f in zip(plain.send, plain.first, strict=True)] == [10.0, 15.0, 10.0]
+
+
 def test_a_burst_of_sends_reaches_the_engine_one_intake_gap_apart() -> None:
     # 10 ms steps, a 1 ms hand-off and a 3 ms intake gap: four requests sent together reach the scheduler at 1, 4,
     # 7 and 10 ms. The first prefills alone (1-11 ms); the other three wait for that step's end and share the next.

@@ -328,8 +328,9 @@ def calibration_line(cal: Calibration) -> str:
     return (f"calibration fixed {m.fixed_s * 1e3:.2f} ms, {m.per_decode_seq_s * 1e3:.3f} ms/seq, "
             f"{m.per_prefill_token_s * 1e6:.1f} us/prefill token, {m.per_context_token_s * 1e9:.1f} ns/ctx, "
             f"hand-off {m.request_overhead_s * 1e3:.1f} ms + {m.overhead_per_request_in_flight_s * 1e3:.2f} "
-            f"ms/request in flight, intake gap {m.intake_gap_s * 1e3:.1f} ms, {m.stream_per_seq_s * 1e6:.0f} "
-            f"us/stream a round, ITL spread {m.itl_spread:.2f}, TPOT spread {m.tpot_spread:.2f}; residuals within "
+            f"ms/request in flight, idle wake-up {m.idle_wake_s * 1e3:.1f} ms, intake gap "
+            f"{m.intake_gap_s * 1e3:.1f} ms, {m.stream_per_seq_s * 1e6:.0f} us/stream a round, ITL spread "
+            f"{m.itl_spread:.2f}, TPOT spread {m.tpot_spread:.2f}; residuals within "
             f"{cal.max_abs_relative_error or 0:.0%}"
             + _worst_fits(cal) + _drift_text(cal.conditions.get("probe_drift")))
 

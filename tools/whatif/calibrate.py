@@ -47,7 +47,7 @@ from vllm_tune.tools.whatif.simulate import (
 # first wave), and over the five saved runs of the accuracy protocol these values fitted best (17 misses to 13).
 INTAKE_GAP_GRID_S = (0.0, 0.0005, 0.001, 0.0015)
 COEFFICIENTS = ("fixed_s", "per_decode_seq_s", "per_prefill_token_s", "per_context_token_s", "request_overhead_s",
-                "overhead_per_request_in_flight_s", "stream_start_s")
+                "overhead_per_request_in_flight_s", "idle_wake_s", "stream_start_s")
 MAX_ROUNDS = 12
 # After this many rounds each round moves the coefficients half way to its solution: which requests wait in the
 # intake queue behind another (simulate.py, StepModel.intake_gap_s) can flip between rounds, and the plain
@@ -227,7 +227,7 @@ def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[fl
             f = tr.ready_frac[r]
             w = [w[0] + f, w[1] + f * d, w[2] + f * p, w[3] + f * c]
         dw = _window(pre, tr.first_step[r] + 1, tr.last_step[r])
-        hand_off = [1.0, float(tr.others_at_send[r])]
+        hand_off = [1.0, float(tr.others_at_send[r]), float(tr.idle_at_send[r])]
         extra = tr.hand_off_extra[r]
         ttft = visible([*w, *hand_off, 0.0, extra], ttft_engine)
         e2el = visible([a + b for a, b in zip(w, dw, strict=True)] + [*hand_off, 0.0, extra], e2el_engine)
@@ -323,6 +323,22 @@ def _fixed_point(observed: list[Observed], engine: EngineConfig, model: StepMode
     return model, rounds, False
 
 
+# The share of a run's requests that must reach an idle server before the wake-up cost is fitted: a closed loop's
+# only idle arrival is its first request, which cannot tell a wake-up from the rest of its hand-off.
+IDLE_SHARE_TO_FIT = 0.25
+
+
+def _idle_arrivals(observed: list[Observed], engine: EngineConfig) -> bool:
+    """Whether some run sent enough of its requests while none was in flight to fit the idle server's wake-up."""
+    for obs in observed:
+        if obs.load.offsets is None:
+            continue
+        tr = run(obs.engine or engine, StepModel(), obs.load, keep_windows=True)
+        if sum(tr.idle_at_send) >= IDLE_SHARE_TO_FIT * len(tr.idle_at_send):
+            return True
+    return False
+
+
 def _single_settings(observed: list[Observed], engine: EngineConfig) -> dict[str, int]:
     """The batch size (closed loops only, all at one concurrency) or prompt length (all prompts alike) that every
     run shared, if any. A cost per sequence or per prompt token cannot be told from the fixed costs then: the fit
@@ -345,7 +361,7 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
     the runs' throughput, TTFT and TPOT best is kept."""
     if not observed:
         raise BadInputError("calibration needs at least one measured run")
-    usable = [True, True, True, use_context, True, True, True]
+    usable = [True, True, True, use_context, True, True, _idle_arrivals(observed, engine), True]
     seen = {"max_concurrency": max((o.load.concurrency or o.load.max_concurrency or 0) for o in observed) or None,
             "max_input_len": max(p for o in observed for p, _ in o.load.lens),
             "max_output_len": max(q for o in observed for _, q in o.load.lens),

@@ -87,6 +87,10 @@ class StepModel(BaseModel):
                                        "after each step the API server and the client stream every request in "
                                        "flight, and a new one waits its turn among them; sent that long or more "
                                        "after the step's end (an open loop's arrival may be), it waits none")
+    idle_wake_s: float = Field(
+        default=0.0, ge=0, le=1.0,
+        description="added to the hand-off of a request sent while no other is in flight: an idle server takes "
+                    "longer to start on it (fitted only where runs had such arrivals: an open loop at a low rate)")
     stream_start_s: float = Field(default=0.0, ge=0,
                                   description="from send until the response stream delivers anything: tokens "
                                               "the engine made before then reach the client together")
@@ -173,6 +177,7 @@ class Trace:
     # With an intake gap, a request that waited behind the one before it takes its count from the request that
     # started that queue: its hand-off is that request's, plus the gaps (hand_off_extra).
     others_at_send: list[int] = field(default_factory=list)
+    idle_at_send: list[int] = field(default_factory=list)  # 1: sent while no other request was in flight
     # Seconds from send to schedulable beyond request_overhead_s + the share for others_at_send: minus how long
     # after the last step's end it was sent (it waits the in-flight share only while that lasts; others_at_send is
     # 0 for a request sent after it), or the wait in the intake queue. The calibration's rows carry it as their
@@ -208,6 +213,7 @@ class _Engine:
         if keep_windows:
             self.tr.ready_step, self.tr.ready_frac = [0] * n, [0.0] * n
             self.tr.others_at_send = [0] * n
+            self.tr.idle_at_send = [0] * n
             self.tr.hand_off_extra = [0.0] * n
             self.tr.first_step, self.tr.last_step = [0] * n, [0] * n
         self.cap = (load.max_concurrency if load.offsets is not None else load.concurrency) or n
@@ -216,6 +222,7 @@ class _Engine:
         self.in_flight = 0
         self.last_intake = -math.inf  # when the request sent before reached the engine
         self.queue_head_others = 0  # others_at_send of the request that started the current intake queue
+        self.queue_head_idle = 0  # and whether it was sent to an idle server
         self.releases: list[float] = []  # when clients see their request's last token (frees their slot)
         self.finished = 0
         self.blocked_by_cap = False
@@ -229,7 +236,7 @@ class _Engine:
         """Clients send what their schedule (open loop) or a free slot (closed loop, capped) allows by now."""
         now, offsets, send = self.t, self.load.offsets, self.tr.send
         hand_off = self.model.hand_off_s
-        gap = self.model.intake_gap_s
+        gap, wake = self.model.intake_gap_s, self.model.idle_wake_s
         while self.releases and self.releases[0] <= now:
             heapq.heappop(self.releases)
             self.in_flight -= 1
@@ -247,6 +254,7 @@ class _Engine:
             r = self.next_send
             send[r] = at
             others, late = self.in_flight, 0.0
+            idle = int(others == 0)
             if others:
                 # The API server and the client spend a share per stream in flight after each step's end; a request
                 # sent as a step ends (a closed loop's next one) waits all of it, one sent later only the rest.
@@ -257,7 +265,7 @@ class _Engine:
                 # is zero, so that a fit starting from no share still sees what the share would cost.
                 if late > others * self.model.overhead_per_request_in_flight_s:
                     others, late = 0, 0.0
-            own = at + hand_off(others) - late
+            own = at + hand_off(others) + idle * wake - late
             # Taken in after the request sent before it: the API server's intake is one queue (measured with
             # bench/bench_request_path.py --intake on the suite's server: a closed loop's first wave of 48, on new
             # connections, reached add_request 2-2.5 ms apart, later requests that queued 0.35 ms apart; the
@@ -265,12 +273,14 @@ class _Engine:
             behind = gap > 0 and self.last_intake + gap > own
             ready = self.last_intake + gap if behind else own
             if not behind:
-                self.queue_head_others = others
+                self.queue_head_others, self.queue_head_idle = others, idle
             self.last_intake = ready
             heapq.heappush(self.ready, (ready, r))
             if self.keep:
                 self.tr.others_at_send[r] = self.queue_head_others
-                self.tr.hand_off_extra[r] = ready - at - hand_off(self.queue_head_others) if behind else -late
+                self.tr.idle_at_send[r] = self.queue_head_idle
+                self.tr.hand_off_extra[r] = (ready - at - hand_off(self.queue_head_others)
+                                             - self.queue_head_idle * wake) if behind else -late
             self.next_send += 1
             self.in_flight += 1
         self.blocked_by_cap = self.next_send < self.n and self.in_flight >= self.cap and (
