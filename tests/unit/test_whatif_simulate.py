@@ -233,7 +233,7 @@ def test_a_request_behind_another_in_the_intake_queue_takes_that_requests_share(
     assert tr.others_at_send == [0, 0, 0]
     assert tr.hand_off_extra == pytest.approx([0.0, 0.003, 0.006])
     for r in range(3):
-        ready = tr.send[r] + model.hand_off_s(tr.others_at_send[r]) + tr.hand_off_extra[r]
+        ready = tr.send[r] + model.hand_off_s(tr.others_at_send[r], tr.idle_at_send[r]) + tr.hand_off_extra[r]
         assert ready == pytest.approx([0.001, 0.004, 0.007][r])
 
 

@@ -112,8 +112,10 @@ class StepModel(BaseModel):
                                            "(mean kept): how unevenly the host runs from one request's life to "
                                            "another's, which the deterministic steps do not show")
 
-    def hand_off_s(self, others_in_flight: int) -> float:
-        return self.request_overhead_s + self.overhead_per_request_in_flight_s * others_in_flight
+    def hand_off_s(self, others_in_flight: int, idle: int = 0) -> float:
+        """From send to schedulable for a request sent with `others_in_flight` (idle: 1 when none was)."""
+        return (self.request_overhead_s + self.overhead_per_request_in_flight_s * others_in_flight
+                + self.idle_wake_s * idle)
 
     def step_seconds(self, decode_seqs: int, prefill_tokens: int, context_tokens: int) -> float:
         return (self.fixed_s + self.per_decode_seq_s * decode_seqs + self.per_prefill_token_s * prefill_tokens
@@ -236,7 +238,7 @@ class _Engine:
         """Clients send what their schedule (open loop) or a free slot (closed loop, capped) allows by now."""
         now, offsets, send = self.t, self.load.offsets, self.tr.send
         hand_off = self.model.hand_off_s
-        gap, wake = self.model.intake_gap_s, self.model.idle_wake_s
+        gap = self.model.intake_gap_s
         while self.releases and self.releases[0] <= now:
             heapq.heappop(self.releases)
             self.in_flight -= 1
@@ -265,7 +267,7 @@ class _Engine:
                 # is zero, so that a fit starting from no share still sees what the share would cost.
                 if late > others * self.model.overhead_per_request_in_flight_s:
                     others, late = 0, 0.0
-            own = at + hand_off(others) + idle * wake - late
+            own = at + hand_off(others, idle) - late
             # Taken in after the request sent before it: the API server's intake is one queue (measured with
             # bench/bench_request_path.py --intake on the suite's server: a closed loop's first wave of 48, on new
             # connections, reached add_request 2-2.5 ms apart, later requests that queued 0.35 ms apart; the
@@ -279,8 +281,8 @@ class _Engine:
             if self.keep:
                 self.tr.others_at_send[r] = self.queue_head_others
                 self.tr.idle_at_send[r] = self.queue_head_idle
-                self.tr.hand_off_extra[r] = (ready - at - hand_off(self.queue_head_others)
-                                             - self.queue_head_idle * wake) if behind else -late
+                head = hand_off(self.queue_head_others, self.queue_head_idle)
+                self.tr.hand_off_extra[r] = ready - at - head if behind else -late
             self.next_send += 1
             self.in_flight += 1
         self.blocked_by_cap = self.next_send < self.n and self.in_flight >= self.cap and (
