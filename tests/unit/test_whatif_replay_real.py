@@ -4,13 +4,13 @@ per-request lists (the pinned and proof runs keep each request's TTFT) and diagn
 (scripts/pack_whatif_runs.py). In the three bench-* runs the engine, the API server and the client shared both cores; in
 the twelve pinned-* runs the engine core process had a core of its own and the API server and client the other
 (tests/support/cpu_split.py), as the integration test and the bench now run; proof-* holds the integration test's own
-runs (seeds 200+, accuracy.saved_seed), from full scripts/check runs (12:09, 14:28, 17:48) and from the test run alone
-(13:39; 13:58 beside idle servers). The run of 12-07 01:52 is a noisy one: its probes ran slower than those of 12-06
-(TPOT at 32 streams 3.4-5.4 ms against 2.7-3.1 in most of them) while its runs did not all (the max_num_seqs case's run
-A 2.7 ms at 24 streams, as on 12-06), and most of its misses come from that; in the one of 04:55 two probes moved under
-the host's speed. The fit and the simulation are deterministic, so this holds a change to the step model or the fit
-against the same measurements: it must not do worse on any run than the model that went in with them (README, what_if
-section). Offline, with every table: bench/replay_whatif_accuracy.py FILE.
+runs (seeds 200+, accuracy.saved_seed), from full scripts/check runs (12:09, 14:28, 17:48, 18:27) and from the test run
+alone (13:39; 13:58 beside idle servers). The run of 12-07 01:52 is a noisy one: its probes ran slower than those of
+12-06 (TPOT at 32 streams 3.4-5.4 ms against 2.7-3.1 in most of them) while its runs did not all (the max_num_seqs
+case's run A 2.7 ms at 24 streams, as on 12-06), and most of its misses come from that; in the one of 04:55 two probes
+moved under the host's speed. The fit and the simulation are deterministic, so this holds a change to the step model or
+the fit against the same measurements: it must not do worse on any run than the model that went in with them (README,
+what_if section). Offline, with every table: bench/replay_whatif_accuracy.py FILE.
 """
 
 from __future__ import annotations
@@ -101,6 +101,9 @@ RUNS = {
     # The next session's full check (17:48), with the decode-time spread and the idle wake-up: 2 misses, the chunked
     # case's p50 TTFT (+53 %) and the Poisson case's (+21 %); the concurrency-48 case within target on every metric.
     "proof-2026-12-07T1748.jsonl.gz": (42, 2, 0.22),
+    # And the one after it (18:27), on the same model: the chunked case's p50 TTFT +80 % (B measured 25.9 ms, the
+    # lowest yet) and the concurrency-48 p50 TTFT +23 %.
+    "proof-2026-12-07T1827.jsonl.gz": (41, 2, 0.10),
 }
 SIZES = {"pinned-2026-12-07T0455.jsonl.gz": 54, "pinned-2026-12-07T0513.jsonl.gz": 69,
          "pinned-2026-12-07T0713.jsonl.gz": 89, "pinned-2026-12-07T0720.jsonl.gz": 99,
@@ -108,7 +111,8 @@ SIZES = {"pinned-2026-12-07T0455.jsonl.gz": 54, "pinned-2026-12-07T0513.jsonl.gz
          "proof-2026-12-07T1209.jsonl.gz": 59, "proof-2026-12-07T1339.jsonl.gz": 69,
          "proof-2026-12-07T1358.jsonl.gz": 74, "proof-2026-12-07T1428.jsonl.gz": 59,
          "pinned-2026-12-07T1658.jsonl.gz": 72, "pinned-2026-12-07T1704.jsonl.gz": 77,
-         "pinned-2026-12-07T1709.jsonl.gz": 72, "proof-2026-12-07T1748.jsonl.gz": 54}
+         "pinned-2026-12-07T1709.jsonl.gz": 72, "proof-2026-12-07T1748.jsonl.gz": 54,
+         "proof-2026-12-07T1827.jsonl.gz": 54}
 
 
 @functools.cache

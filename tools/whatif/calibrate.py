@@ -491,14 +491,7 @@ def fit_itl_spread(observed: list[Observed], engine: EngineConfig, model: StepMo
         return 0.0
 
     def error(sigma: float) -> float:
-        trial = model.model_copy(update={"itl_spread": sigma})
-        err = 0.0
-        for obs, tr, p50, p90 in targets:
-            sim = summarize(tr, obs.load, obs.engine or engine, trial, percentiles=[50.0, 90.0])
-            if sim["median_itl_ms"] <= 0 or sim["p90_itl_ms"] <= 0:
-                return math.inf
-            err += math.log(sim["median_itl_ms"] / p50) ** 2 + math.log(sim["p90_itl_ms"] / p90) ** 2
-        return err
+        return _percentile_error(targets, engine, model.model_copy(update={"itl_spread": sigma}), "itl", ratio=False)
 
     coarse = min(SPREAD_GRID, key=error)
     fine = [max(0.0, coarse + i / 100) for i in range(-10, 11)]
@@ -523,16 +516,23 @@ def fit_tpot_spread(observed: list[Observed], engine: EngineConfig, model: StepM
         return 0.0
 
     def error(sigma: float) -> float:
-        trial = model.model_copy(update={"tpot_spread": sigma})
-        err = 0.0
-        for obs, tr, p50, p90 in targets:
-            sim = summarize(tr, obs.load, obs.engine or engine, trial, percentiles=[50.0, 90.0])
-            if sim["median_tpot_ms"] <= 0 or sim["p90_tpot_ms"] <= 0:
-                return math.inf
-            err += math.log(sim["p90_tpot_ms"] / sim["median_tpot_ms"] / (p90 / p50)) ** 2
-        return err
+        return _percentile_error(targets, engine, model.model_copy(update={"tpot_spread": sigma}), "tpot", ratio=True)
 
     return min(TPOT_SPREAD_GRID, key=error)
+
+
+def _percentile_error(targets: list[tuple[Observed, Trace, float, float]], engine: EngineConfig, trial: StepModel,
+                      metric: str, *, ratio: bool) -> float:
+    """Sum over the runs (observed, trace, measured median, measured p90) of the squared log errors of `trial`'s
+    median and p90 of `metric` (ratio: of its p90 over median instead); inf where a simulated percentile is 0."""
+    err = 0.0
+    for obs, tr, p50, p90 in targets:
+        sim = summarize(tr, obs.load, obs.engine or engine, trial, percentiles=[50.0, 90.0])
+        s50, s90 = sim[f"median_{metric}_ms"], sim[f"p90_{metric}_ms"]
+        if s50 <= 0 or s90 <= 0:
+            return math.inf
+        err += math.log(s90 / s50 / (p90 / p50)) ** 2 if ratio else math.log(s50 / p50) ** 2 + math.log(s90 / p90) ** 2
+    return err
 
 
 RESIDUAL_METRICS = ("request_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms", "p90_ttft_ms",
