@@ -12,9 +12,9 @@ it also prints the concurrency-48 case's simulated closed loop wave by wave, in 
 runs A and B, the mean TTFT measured outside and inside the engine (the server's queue + prefill histograms) beside
 the simulated hand-off and engine parts. With --ttft-shape CASE it prints the spread of that case's TTFTs request by
 request, measured and simulated, after a closed loop's first wave (runs saved with their per-request TTFTs only).
-tests/data/whatif/ holds twenty-one such runs (scripts/pack_whatif_runs.py: results trimmed of per-request lists and
+tests/data/whatif/ holds twenty-six such runs (scripts/pack_whatif_runs.py: results trimmed of per-request lists and
 diagnoses; the pinned and proof ones keep each request's TTFT): three of the bench with the engine sharing both cores
-with the API server and the client, twelve of the bench with it on a core of its own (pinned-*), and six of the
+with the API server and the client, seventeen of the bench with it on a core of its own (pinned-*), and six of the
 integration test's, four in full scripts/check runs and two of the test alone (proof-*, seeds 200+).
 """
 
@@ -103,7 +103,8 @@ def main() -> int:
 
 def _schedulable(tr: Trace, model: StepModel, r: int) -> float:
     """When simulated request r could first be scheduled: its send plus its hand-off (and intake queue)."""
-    return tr.send[r] + model.hand_off_s(tr.others_at_send[r], tr.idle_at_send[r]) + tr.hand_off_extra[r]
+    return (tr.send[r] + model.hand_off_s(tr.others_at_send[r], tr.idle_at_send[r], tr.alongside_at_send[r])
+            + tr.hand_off_extra[r])
 
 
 def ttft_split(results: list[dict[str, Any]], cal: Calibration, case: Case, seed: int) -> list[str]:

@@ -185,6 +185,47 @@ def test_fit_recovers_an_intake_gap_beside_the_in_flight_share() -> None:
     assert ungapped.max_abs_relative_error > max(0.05, 3 * cal.max_abs_relative_error)
 
 
+def _staggered_run(model: StepModel) -> Observed:
+    # A closed loop of eight whose lengths spread by half (run_benchmark's range_ratio): its requests finish, and are
+    # sent again, at different steps.
+    req = RunBenchmarkInput(url="http://127.0.0.1:1", concurrency=8, num_prompts=48, input_len=512, output_len=64,
+                            range_ratio=0.5, seed=21)
+    load = load_from_request(req)
+    return Observed("staggered", load, summarize(run(ENGINE, model, load), load, ENGINE, model,
+                                                  percentiles=[50.0, 90.0]))
+
+
+def test_fit_tells_a_burst_from_the_requests_in_flight_only_where_a_run_sent_requests_apart() -> None:
+    # As on the suite's server (bench/bench_request_path.py --intake): the requests of a burst are taken in together,
+    # each waiting 2 ms for each other one, while a request sent on its own waits its hand-off with seven streams
+    # in flight. In the probe's closed loops of equal lengths the bursts are the loop's waves, and the two counts
+    # move together.
+    bursty = TRUE.model_copy(update={"overhead_per_request_sent_alongside_s": 0.002})
+    blind = fit(_synthetic_runs(bursty), ENGINE, source="results").step_model
+    assert blind.overhead_per_request_sent_alongside_s == 0.0  # not fitted: nothing tells it apart
+    got = fit([*_synthetic_runs(bursty), _staggered_run(bursty)], ENGINE, source="results").step_model
+    assert got.overhead_per_request_sent_alongside_s == pytest.approx(0.002, rel=0.25)
+    assert got.overhead_per_request_in_flight_s < 0.0005
+    # The max_num_batched_tokens case of the accuracy protocol: 700-token prompts chunked at 256 stagger a closed
+    # loop of eight. Its median TTFT follows the truth; fitted on the lock-step loops alone it is far too high.
+    chunked = ENGINE.model_copy(update={"max_num_batched_tokens": 256})
+    load = load_from_request(RunBenchmarkInput(url="http://127.0.0.1:1", concurrency=8, num_prompts=64,
+                                               input_len=700, output_len=48, seed=7))
+
+    def median_ttft(m: StepModel) -> float:
+        return float(summarize(run(chunked, m, load), load, chunked, m, percentiles=[50.0])["median_ttft_ms"])
+
+    truth = median_ttft(bursty)
+    assert median_ttft(got) == pytest.approx(truth, rel=0.10)
+    assert median_ttft(blind) > 1.2 * truth
+    # A hand-off that does grow with the requests in flight is still found as such beside a staggered run: the cost
+    # per request sent alongside is kept only where it reproduces the runs better.
+    crowded = TRUE.model_copy(update={"overhead_per_request_in_flight_s": 0.0015})
+    found = fit([*_synthetic_runs(crowded), _staggered_run(crowded)], ENGINE, source="results").step_model
+    assert found.overhead_per_request_in_flight_s == pytest.approx(0.0015, rel=0.2)
+    assert found.overhead_per_request_sent_alongside_s < 0.0003
+
+
 def _poisson_run(model: StepModel, rate: float, seed: int) -> Observed:
     req = RunBenchmarkInput(url="http://127.0.0.1:1", rate=rate, num_prompts=40, input_len=128, output_len=32,
                             seed=seed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from statistics import NormalDist
 
 import pytest
@@ -109,6 +110,23 @@ def test_weighted_itl_stats_equal_stats_of_the_expanded_list() -> None:
         assert got[key] == pytest.approx(value)
 
 
+def test_load_from_request_spreads_lengths_as_run_benchmark_drew_them() -> None:
+    # A closed loop of 8 with lengths spread by half, as run_benchmark sent it to the suite's vLLM (one warm-up request
+    # first, tests/data/whatif/pinned-2026-12-07T2023, probe-3): the simulated load has each request's lengths.
+    from vllm_tune.tools.whatif.accuracy import load_saved
+
+    saved = next(r for r in load_saved(Path(__file__).resolve().parents[1] / "data" / "whatif" /
+                                       "pinned-2026-12-07T2023.jsonl.gz") if r.get("label") == "probe-3")
+    work = saved["provenance"]["workload"]
+    req = RunBenchmarkInput(url="http://x", concurrency=8, num_prompts=saved["num_prompts"],
+                            input_len=work["input_len"], output_len=work["output_len"],
+                            range_ratio=work["range_ratio"], seed=work["seed"], warmup_requests=1)
+    load = load_from_request(req)
+    assert load.lens == list(zip(saved["input_lens"], saved["output_lens"], strict=True))
+    assert len({p for p, _ in load.lens}) > 20  # spread, not input_len for all
+    assert load_from_request(req.model_copy(update={"range_ratio": 0.0})).lens == [(512, 64)] * 48
+
+
 def test_load_from_request_uses_run_benchmarks_schedule() -> None:
     req = RunBenchmarkInput(url="http://127.0.0.1:1", rate=10, num_prompts=30, input_len=77, output_len=9, seed=3)
     load = load_from_request(req)
@@ -202,6 +220,25 @@ def test_a_request_sent_to_an_idle_server_waits_its_wake_up() -> None:
     assert [round((f - s) * 1e3, 6) for s, f in zip(tr.send, tr.first, strict=True)] == [13.0, 18.0, 13.0]
     plain = run(EngineConfig(num_gpu_blocks=10_000), waking.model_copy(update={"idle_wake_s": 0.0}), load)
     assert [round((f - s) * 1e3, 6) for s, f in zip(plain.send, plain.first, strict=True)] == [10.0, 15.0, 10.0]
+
+
+def test_requests_sent_at_one_instant_wait_for_each_other_and_one_sent_alone_does_not() -> None:
+    # 10 ms steps, a 1 ms hand-off and 2 ms for each other request sent at the same instant. The closed loop's first
+    # wave of three is sent at once: each waits 1 + 2 x 2 = 5 ms, and all three prefill in the step from 5 to 15 ms.
+    # Their outputs differ (2, 3 and 4 tokens), so they finish at 25, 35 and 45 ms and the next three are sent one
+    # by one, each with two others in flight and none beside it: 1 ms, then the running step's end.
+    model = StepModel(fixed_s=0.010, per_decode_seq_s=0.0, per_prefill_token_s=0.0, request_overhead_s=0.001,
+                      overhead_per_request_sent_alongside_s=0.002)
+    load = Load(lens=[(16, 2), (16, 3), (16, 4), (16, 2), (16, 2), (16, 2)], concurrency=3)
+    tr = run(EngineConfig(num_gpu_blocks=10_000), model, load, keep_windows=True)
+    assert tr.alongside_at_send == [2, 2, 2, 0, 0, 0]
+    assert tr.others_at_send[3:] == [2, 2, 2]
+    assert [round(s * 1e3, 6) for s in tr.send] == [0.0, 0.0, 0.0, 25.0, 35.0, 45.0]
+    assert [round((f - s) * 1e3, 6) for s, f in zip(tr.send, tr.first, strict=True)] == [15.0] * 3 + [20.0] * 3
+    # Open-loop arrivals at different instants are never counted alongside each other; two at one instant are.
+    open_loop = run(EngineConfig(num_gpu_blocks=10_000), model,
+                    Load(lens=[(16, 2)] * 4, offsets=[0.0, 0.004, 0.1, 0.1]), keep_windows=True)
+    assert open_loop.alongside_at_send == [0, 0, 1, 1]
 
 
 def test_a_burst_of_sends_reaches_the_engine_one_intake_gap_apart() -> None:

@@ -47,8 +47,11 @@ from vllm_tune.tools.whatif.simulate import (
 # first wave), and over the five saved runs of the accuracy protocol these values fitted best (17 misses to 13).
 INTAKE_GAP_GRID_S = (0.0, 0.0005, 0.001, 0.0015)
 COEFFICIENTS = ("fixed_s", "per_decode_seq_s", "per_prefill_token_s", "per_context_token_s", "request_overhead_s",
-                "overhead_per_request_in_flight_s", "idle_wake_s", "stream_start_s")
-MAX_ROUNDS = 12
+                "overhead_per_request_in_flight_s", "idle_wake_s", "overhead_per_request_sent_alongside_s",
+                "stream_start_s")
+# Damped rounds close in slowly: with the cost per request sent alongside beside the one per request in flight, a
+# fit of synthetic runs needed 23 (the saved real runs replay alike with 12 or 24).
+MAX_ROUNDS = 24
 # After this many rounds each round moves the coefficients half way to its solution: which requests wait in the
 # intake queue behind another (simulate.py, StepModel.intake_gap_s) can flip between rounds, and the plain
 # iteration then cycles between two points (on synthetic runs it never settled on the truth; damped, it did).
@@ -227,7 +230,7 @@ def _rows(obs: Observed, tr: Trace, model: StepModel) -> list[tuple[str, list[fl
             f = tr.ready_frac[r]
             w = [w[0] + f, w[1] + f * d, w[2] + f * p, w[3] + f * c]
         dw = _window(pre, tr.first_step[r] + 1, tr.last_step[r])
-        hand_off = [1.0, float(tr.others_at_send[r]), float(tr.idle_at_send[r])]
+        hand_off = [1.0, float(tr.others_at_send[r]), float(tr.idle_at_send[r]), float(tr.alongside_at_send[r])]
         extra = tr.hand_off_extra[r]
         ttft = visible([*w, *hand_off, 0.0, extra], ttft_engine)
         e2el = visible([a + b for a, b in zip(w, dw, strict=True)] + [*hand_off, 0.0, extra], e2el_engine)
@@ -339,6 +342,23 @@ def _idle_arrivals(observed: list[Observed], engine: EngineConfig) -> bool:
     return False
 
 
+# The share of a run's requests that must be sent with two or more others in flight and none at the same instant
+# before a cost per request sent alongside is fitted beside the one per request in flight.
+STAGGERED_SHARE_TO_FIT = 0.25
+
+
+def _staggered_sends(observed: list[Observed], engine: EngineConfig) -> bool:
+    """Whether some run sent enough of its requests while two or more others were in flight and none was sent at
+    the same instant: only then can the fit tell a cost per request sent alongside from one per request in flight
+    (a closed loop of equal lengths sends its requests in bursts, so the two counts move together)."""
+    for obs in observed:
+        tr = run(obs.engine or engine, StepModel(), obs.load, keep_windows=True)
+        alone = sum(1 for o, a in zip(tr.others_at_send, tr.alongside_at_send, strict=True) if o >= 2 and a == 0)
+        if alone >= STAGGERED_SHARE_TO_FIT * len(tr.others_at_send):
+            return True
+    return False
+
+
 def _single_settings(observed: list[Observed], engine: EngineConfig) -> dict[str, int]:
     """The batch size (closed loops only, all at one concurrency) or prompt length (all prompts alike) that every
     run shared, if any. A cost per sequence or per prompt token cannot be told from the fixed costs then: the fit
@@ -361,13 +381,13 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
     the runs' throughput, TTFT and TPOT best is kept."""
     if not observed:
         raise BadInputError("calibration needs at least one measured run")
-    usable = [True, True, True, use_context, True, True, _idle_arrivals(observed, engine), True]
+    usable = [True, True, True, use_context, True, True, _idle_arrivals(observed, engine), False, True]
     seen = {"max_concurrency": max((o.load.concurrency or o.load.max_concurrency or 0) for o in observed) or None,
             "max_input_len": max(p for o in observed for p, _ in o.load.lens),
             "max_output_len": max(q for o in observed for _, q in o.load.lens),
             "runs": len(observed), **_single_settings(observed, engine)}
 
-    def candidate(start: StepModel) -> tuple[float, Calibration]:
+    def candidate(start: StepModel, usable: list[bool] = usable) -> tuple[float, Calibration]:
         model, rounds, converged = _fixed_point(observed, engine, start, usable)
         notes = [] if converged else [f"the fit had not settled after {MAX_ROUNDS} rounds (last change above 0.5 %)"]
         cal = Calibration(step_model=model, engine=engine, source=source,
@@ -383,6 +403,15 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
     for gap in intake_gaps:
         if gap:
             tried = candidate(best[1].step_model.model_copy(update={"intake_gap_s": gap}))
+            best = tried if tried[0] < best[0] else best
+    if _staggered_sends(observed, engine):
+        # With runs that sent requests apart, the cost per request sent alongside is fitted too, from the solution
+        # without it and from the first start (with its intake gap); kept only where it reproduces the runs better
+        # (from a start of its own the fixed point can settle far from a truth without it).
+        both = [*usable[:7], True, usable[8]]
+        gap = best[1].step_model.intake_gap_s
+        for start in (best[1].step_model, _starts(observed)[0].model_copy(update={"intake_gap_s": gap})):
+            tried = candidate(start, both)
             best = tried if tried[0] < best[0] else best
     cal = best[1]
     cal.notes.extend(_prefix_cache_notes(observed))

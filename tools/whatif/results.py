@@ -33,6 +33,11 @@ def load_from_request(req: RunBenchmarkInput, lengths: list[tuple[int, int]] | N
     if req.dataset and not lengths:
         raise BadInputError("a dataset workload needs its token lengths: simulate from a saved result of it "
                             "(--from RESULT) or give a trace with input_length/output_length")
+    if not lengths and not trace_lens and req.range_ratio > 0:
+        # As run_benchmark draws them from the request's seed (bench.api.spread_lengths), warm-up requests first
+        w = req.warmup_requests
+        lengths = [(i or req.input_len, o or req.output_len) for i, o in
+                   bench_api.spread_lengths(n + w, req.input_len, req.output_len, req.range_ratio, req.seed)[w:]]
     lens: list[tuple[int, int]] = []
     for i in range(n):
         tl = trace_lens[i] if trace_lens else (None, None)

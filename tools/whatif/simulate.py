@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -91,6 +91,10 @@ class StepModel(BaseModel):
         default=0.0, ge=0, le=1.0,
         description="added to the hand-off of a request sent while no other is in flight: an idle server takes "
                     "longer to start on it (fitted only where runs had such arrivals: an open loop at a low rate)")
+    overhead_per_request_sent_alongside_s: float = Field(
+        default=0.0, ge=0, le=0.1,
+        description="added to the hand-off for each other request sent at the same instant (a closed loop's "
+                    "requests that finished in one step): the API server takes a burst in together")
     stream_start_s: float = Field(default=0.0, ge=0,
                                   description="from send until the response stream delivers anything: tokens "
                                               "the engine made before then reach the client together")
@@ -112,10 +116,11 @@ class StepModel(BaseModel):
                                            "(mean kept): how unevenly the host runs from one request's life to "
                                            "another's, which the deterministic steps do not show")
 
-    def hand_off_s(self, others_in_flight: int, idle: int = 0) -> float:
-        """From send to schedulable for a request sent with `others_in_flight` (idle: 1 when none was)."""
+    def hand_off_s(self, others_in_flight: int, idle: int = 0, alongside: int = 0) -> float:
+        """From send to schedulable for a request sent with `others_in_flight` (idle: 1 when none was), `alongside`
+        of them sent at the same instant."""
         return (self.request_overhead_s + self.overhead_per_request_in_flight_s * others_in_flight
-                + self.idle_wake_s * idle)
+                + self.idle_wake_s * idle + self.overhead_per_request_sent_alongside_s * alongside)
 
     def step_seconds(self, decode_seqs: int, prefill_tokens: int, context_tokens: int) -> float:
         return (self.fixed_s + self.per_decode_seq_s * decode_seqs + self.per_prefill_token_s * prefill_tokens
@@ -180,6 +185,7 @@ class Trace:
     # started that queue: its hand-off is that request's, plus the gaps (hand_off_extra).
     others_at_send: list[int] = field(default_factory=list)
     idle_at_send: list[int] = field(default_factory=list)  # 1: sent while no other request was in flight
+    alongside_at_send: list[int] = field(default_factory=list)  # other requests sent at the same instant
     # Seconds from send to schedulable beyond request_overhead_s + the share for others_at_send: minus how long
     # after the last step's end it was sent (it waits the in-flight share only while that lasts; others_at_send is
     # 0 for a request sent after it), or the wait in the intake queue. The calibration's rows carry it as their
@@ -216,6 +222,7 @@ class _Engine:
             self.tr.ready_step, self.tr.ready_frac = [0] * n, [0.0] * n
             self.tr.others_at_send = [0] * n
             self.tr.idle_at_send = [0] * n
+            self.tr.alongside_at_send = [0] * n
             self.tr.hand_off_extra = [0.0] * n
             self.tr.first_step, self.tr.last_step = [0] * n, [0] * n
         self.cap = (load.max_concurrency if load.offsets is not None else load.concurrency) or n
@@ -225,6 +232,7 @@ class _Engine:
         self.last_intake = -math.inf  # when the request sent before reached the engine
         self.queue_head_others = 0  # others_at_send of the request that started the current intake queue
         self.queue_head_idle = 0  # and whether it was sent to an idle server
+        self.queue_head_alongside = 0
         self.releases: list[float] = []  # when clients see their request's last token (frees their slot)
         self.finished = 0
         self.blocked_by_cap = False
@@ -242,21 +250,30 @@ class _Engine:
         while self.releases and self.releases[0] <= now:
             heapq.heappop(self.releases)
             self.in_flight -= 1
-        while self.next_send < self.n and self.in_flight < self.cap:
+        sends: list[tuple[int, float]] = []
+        k, flying = self.next_send, self.in_flight
+        while k < self.n and flying < self.cap:
             at = now
             if offsets is not None:
-                at = offsets[self.next_send]
+                at = offsets[k]
                 if at > now:
                     break
                 if self.blocked_by_cap:
                     at = now  # it waited client-side for a slot, which opened at this step boundary
             if at >= self.deadline:
-                self.next_send = self.n
+                k = self.n
                 break
-            r = self.next_send
+            sends.append((k, at))
+            k, flying = k + 1, flying + 1
+        self.next_send = k
+        # Requests sent at one instant (a closed loop's that finished in one step, sent again together) are taken in
+        # together by the API server: each waits for the others of its burst.
+        at_instant = Counter(at for _, at in sends) if len(sends) > 1 else None
+        for r, at in sends:
             send[r] = at
             others, late = self.in_flight, 0.0
             idle = int(others == 0)
+            alongside = at_instant[at] - 1 if at_instant else 0
             if others:
                 # The API server and the client spend a share per stream in flight after each step's end; a request
                 # sent as a step ends (a closed loop's next one) waits all of it, one sent later only the rest.
@@ -267,7 +284,7 @@ class _Engine:
                 # is zero, so that a fit starting from no share still sees what the share would cost.
                 if late > others * self.model.overhead_per_request_in_flight_s:
                     others, late = 0, 0.0
-            own = at + hand_off(others, idle) - late
+            own = at + hand_off(others, idle, alongside) - late
             # Taken in after the request sent before it: the API server's intake is one queue (measured with
             # bench/bench_request_path.py --intake on the suite's server: a closed loop's first wave of 48, on new
             # connections, reached add_request 2-2.5 ms apart, later requests that queued 0.35 ms apart; the
@@ -276,14 +293,15 @@ class _Engine:
             ready = self.last_intake + gap if behind else own
             if not behind:
                 self.queue_head_others, self.queue_head_idle = others, idle
+                self.queue_head_alongside = alongside
             self.last_intake = ready
             heapq.heappush(self.ready, (ready, r))
             if self.keep:
                 self.tr.others_at_send[r] = self.queue_head_others
                 self.tr.idle_at_send[r] = self.queue_head_idle
-                head = hand_off(self.queue_head_others, self.queue_head_idle)
+                self.tr.alongside_at_send[r] = self.queue_head_alongside
+                head = hand_off(self.queue_head_others, self.queue_head_idle, self.queue_head_alongside)
                 self.tr.hand_off_extra[r] = ready - at - head if behind else -late
-            self.next_send += 1
             self.in_flight += 1
         self.blocked_by_cap = self.next_send < self.n and self.in_flight >= self.cap and (
             offsets is None or offsets[self.next_send] <= now)
