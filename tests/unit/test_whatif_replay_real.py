@@ -1,16 +1,16 @@
 """what_if's predictions replayed on real runs of the accuracy protocol: bench/bench_whatif_accuracy.py on the suite's
 vLLM 0.32.0 CPU server (a 2-core VM, 2026-12-06 and 07, A and B alternating), their 48 to 99 results each trimmed of
 per-request lists (the pinned and proof runs keep each request's TTFT) and diagnoses in tests/data/whatif/
-(scripts/pack_whatif_runs.py). In the three bench-* runs the engine, the API server and the client shared both cores; in
-the seventeen pinned-* runs the engine core process had a core of its own and the API server and client the other
+(scripts/pack_whatif_runs.py). In the three bench-* runs the engine, the API server and the client shared both cores;
+in the seventeen pinned-* runs the engine core process had a core of its own and the API server and client the other
 (tests/support/cpu_split.py), as the integration test and the bench now run; proof-* holds the integration test's own
-runs (seeds 200+, accuracy.saved_seed), from full scripts/check runs (12:09, 14:28, 17:48, 18:27) and from the test run
-alone (13:39; 13:58 beside idle servers). The run of 12-07 01:52 is a noisy one: its probes ran slower than those of
-12-06 (TPOT at 32 streams 3.4-5.4 ms against 2.7-3.1 in most of them) while its runs did not all (the max_num_seqs
-case's run A 2.7 ms at 24 streams, as on 12-06), and most of its misses come from that; in the one of 04:55 two probes
-moved under the host's speed. The fit and the simulation are deterministic, so this holds a change to the step model or
-the fit against the same measurements: it must not do worse on any run than the model that went in with them (README,
-what_if section). Offline, with every table: bench/replay_whatif_accuracy.py FILE.
+runs (seeds 200+, accuracy.saved_seed), from full scripts/check runs (12:09, 14:28, 17:48, 18:27, 21:33) and from the
+test run alone (13:39; 13:58 beside idle servers). The run of 12-07 01:52 is a noisy one: its probes ran slower than
+those of 12-06 (TPOT at 32 streams 3.4-5.4 ms against 2.7-3.1 in most of them) while its runs did not all (the
+max_num_seqs case's run A 2.7 ms at 24 streams, as on 12-06), and most of its misses come from that; in the one of
+04:55 two probes moved under the host's speed. The fit and the simulation are deterministic, so this holds a change to
+the step model or the fit against the same measurements: it must not do worse on any run than the model that went in
+with them (README, what_if section). Offline, with every table: bench/replay_whatif_accuracy.py FILE.
 """
 
 from __future__ import annotations
@@ -116,6 +116,10 @@ RUNS = {
     "pinned-2026-12-07T2033.jsonl.gz": (35, 2, 0.13),
     "pinned-2026-12-07T2053.jsonl.gz": (39, 2, 0.13),
     "pinned-2026-12-07T2058.jsonl.gz": (39, 3, 0.10),
+    # The full scripts/check after the cost per request sent alongside went in (21:33, a probe that drifted -23 % in
+    # the first case): 9 misses, the concurrency-48 p50 and p90 TTFT (+33, +35 %), the chunked (+29 %), Poisson (+21 %)
+    # and preempting (+25 %) cases' p50 TTFT, and TPOT/ITL 22-26 % off in the max_num_seqs and preempting cases.
+    "proof-2026-12-07T2133.jsonl.gz": (35, 9, 0.22),
 }
 SIZES = {"pinned-2026-12-07T0455.jsonl.gz": 54, "pinned-2026-12-07T0513.jsonl.gz": 69,
          "pinned-2026-12-07T0713.jsonl.gz": 89, "pinned-2026-12-07T0720.jsonl.gz": 99,
@@ -126,7 +130,8 @@ SIZES = {"pinned-2026-12-07T0455.jsonl.gz": 54, "pinned-2026-12-07T0513.jsonl.gz
          "pinned-2026-12-07T1709.jsonl.gz": 72, "proof-2026-12-07T1748.jsonl.gz": 54,
          "proof-2026-12-07T1827.jsonl.gz": 54, "pinned-2026-12-07T2023.jsonl.gz": 64,
          "pinned-2026-12-07T2028.jsonl.gz": 59, "pinned-2026-12-07T2033.jsonl.gz": 64,
-         "pinned-2026-12-07T2053.jsonl.gz": 69, "pinned-2026-12-07T2058.jsonl.gz": 64}
+         "pinned-2026-12-07T2053.jsonl.gz": 69, "pinned-2026-12-07T2058.jsonl.gz": 64,
+         "proof-2026-12-07T2133.jsonl.gz": 64}
 
 
 @functools.cache

@@ -377,8 +377,9 @@ def _single_settings(observed: list[Observed], engine: EngineConfig) -> dict[str
 def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditions: dict[str, Any] | None = None,
         use_context: bool = True, intake_gaps: tuple[float, ...] = INTAKE_GAP_GRID_S) -> Calibration:
     """Fixed-point non-negative least squares of the step model on the observed runs, from each of a few
-    starting points and then from the best of them with each intake gap of `intake_gaps`; the one that reproduces
-    the runs' throughput, TTFT and TPOT best is kept."""
+    starting points and then from the best of them with each intake gap of `intake_gaps` and, where some run sent
+    requests apart, with the cost per request sent alongside; the one that reproduces the runs' throughput, TTFT and
+    TPOT best is kept."""
     if not observed:
         raise BadInputError("calibration needs at least one measured run")
     usable = [True, True, True, use_context, True, True, _idle_arrivals(observed, engine), False, True]
@@ -408,7 +409,7 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
         # With runs that sent requests apart, the cost per request sent alongside is fitted too, from the solution
         # without it and from the first start (with its intake gap); kept only where it reproduces the runs better
         # (from a start of its own the fixed point can settle far from a truth without it).
-        both = [*usable[:7], True, usable[8]]
+        both = [u or k == "overhead_per_request_sent_alongside_s" for u, k in zip(usable, COEFFICIENTS, strict=True)]
         gap = best[1].step_model.intake_gap_s
         for start in (best[1].step_model, _starts(observed)[0].model_copy(update={"intake_gap_s": gap})):
             tried = candidate(start, both)
