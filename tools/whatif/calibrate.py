@@ -50,7 +50,7 @@ COEFFICIENTS = ("fixed_s", "per_decode_seq_s", "per_prefill_token_s", "per_conte
                 "overhead_per_request_in_flight_s", "idle_wake_s", "overhead_per_request_sent_alongside_s",
                 "stream_start_s")
 # Damped rounds close in slowly: with the cost per request sent alongside beside the one per request in flight, a
-# fit of synthetic runs needed 23 (the saved real runs replay alike with 12 or 24).
+# fit of synthetic runs needed 20 (the saved real runs replay alike with 12 or 24).
 MAX_ROUNDS = 24
 # After this many rounds each round moves the coefficients half way to its solution: which requests wait in the
 # intake queue behind another (simulate.py, StepModel.intake_gap_s) can flip between rounds, and the plain
@@ -331,32 +331,25 @@ def _fixed_point(observed: list[Observed], engine: EngineConfig, model: StepMode
 IDLE_SHARE_TO_FIT = 0.25
 
 
-def _idle_arrivals(observed: list[Observed], engine: EngineConfig) -> bool:
-    """Whether some run sent enough of its requests while none was in flight to fit the idle server's wake-up."""
-    for obs in observed:
-        if obs.load.offsets is None:
-            continue
-        tr = run(obs.engine or engine, StepModel(), obs.load, keep_windows=True)
-        if sum(tr.idle_at_send) >= IDLE_SHARE_TO_FIT * len(tr.idle_at_send):
-            return True
-    return False
-
-
 # The share of a run's requests that must be sent with two or more others in flight and none at the same instant
 # before a cost per request sent alongside is fitted beside the one per request in flight.
 STAGGERED_SHARE_TO_FIT = 0.25
 
 
-def _staggered_sends(observed: list[Observed], engine: EngineConfig) -> bool:
-    """Whether some run sent enough of its requests while two or more others were in flight and none was sent at
-    the same instant: only then can the fit tell a cost per request sent alongside from one per request in flight
-    (a closed loop of equal lengths sends its requests in bursts, so the two counts move together)."""
+def _send_patterns(observed: list[Observed], engine: EngineConfig) -> tuple[bool, bool]:
+    """Whether some run sent enough of its requests (1) while none was in flight, to fit the idle server's wake-up
+    (open loops only), and (2) while two or more others were in flight and none was sent at the same instant: only
+    then can the fit tell a cost per request sent alongside from one per request in flight (a closed loop of equal
+    lengths sends its requests in bursts, so the two counts move together). One simulation per run serves both."""
+    idle = staggered = False
     for obs in observed:
         tr = run(obs.engine or engine, StepModel(), obs.load, keep_windows=True)
+        n = len(tr.others_at_send)
+        if obs.load.offsets is not None and sum(tr.idle_at_send) >= IDLE_SHARE_TO_FIT * n:
+            idle = True
         alone = sum(1 for o, a in zip(tr.others_at_send, tr.alongside_at_send, strict=True) if o >= 2 and a == 0)
-        if alone >= STAGGERED_SHARE_TO_FIT * len(tr.others_at_send):
-            return True
-    return False
+        staggered = staggered or alone >= STAGGERED_SHARE_TO_FIT * n
+    return idle, staggered
 
 
 def _single_settings(observed: list[Observed], engine: EngineConfig) -> dict[str, int]:
@@ -382,7 +375,8 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
     TPOT best is kept."""
     if not observed:
         raise BadInputError("calibration needs at least one measured run")
-    usable = [True, True, True, use_context, True, True, _idle_arrivals(observed, engine), False, True]
+    idle_arrivals, staggered_sends = _send_patterns(observed, engine)
+    usable = [True, True, True, use_context, True, True, idle_arrivals, False, True]
     seen = {"max_concurrency": max((o.load.concurrency or o.load.max_concurrency or 0) for o in observed) or None,
             "max_input_len": max(p for o in observed for p, _ in o.load.lens),
             "max_output_len": max(q for o in observed for _, q in o.load.lens),
@@ -405,7 +399,7 @@ def fit(observed: list[Observed], engine: EngineConfig, *, source: str, conditio
         if gap:
             tried = candidate(best[1].step_model.model_copy(update={"intake_gap_s": gap}))
             best = tried if tried[0] < best[0] else best
-    if _staggered_sends(observed, engine):
+    if staggered_sends:
         # With runs that sent requests apart, the cost per request sent alongside is fitted too, from the solution
         # without it and from the first start (with its intake gap); kept only where it reproduces the runs better
         # (from a start of its own the fixed point can settle far from a truth without it).
