@@ -12,10 +12,11 @@ it also prints the concurrency-48 case's simulated closed loop wave by wave, in 
 runs A and B, the mean TTFT measured outside and inside the engine (the server's queue + prefill histograms) beside
 the simulated hand-off and engine parts. With --ttft-shape CASE it prints the spread of that case's TTFTs request by
 request, measured and simulated, after a closed loop's first wave (runs saved with their per-request TTFTs only).
-tests/data/whatif/ holds twenty-seven such runs (scripts/pack_whatif_runs.py: results trimmed of per-request lists and
+tests/data/whatif/ holds thirty-two such runs (scripts/pack_whatif_runs.py: results trimmed of per-request lists and
 diagnoses; the pinned and proof ones keep each request's TTFT): three of the bench with the engine sharing both cores
-with the API server and the client, seventeen of the bench with it on a core of its own (pinned-*), and seven of the
-integration test's, five in full scripts/check runs and two of the test alone (proof-*, seeds 200+).
+with the API server and the client, twenty-two of the bench with it on a core of its own (pinned-*; the last five
+with the probe's fifth point), and seven of the integration test's, five in full scripts/check runs and two of the
+test alone (proof-*, seeds 200+).
 """
 
 from __future__ import annotations

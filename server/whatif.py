@@ -12,6 +12,7 @@ from vllm_tune.server.confirm import user_confirms
 from vllm_tune.server.registry import add_model_tool
 from vllm_tune.tools.net.targets import TargetPolicy
 from vllm_tune.tools.whatif.api import WhatIfInput, WhatIfOutput, what_if
+from vllm_tune.tools.whatif.capacity import PROBE_REQUESTS
 
 # Not read-only: with probe=true it sends a short load (asked for, and confirmed off loopback, like
 # run_benchmark). Without probe it only reads saved files and computes.
@@ -26,9 +27,9 @@ async def _confirm_probe(request: WhatIfInput, ctx: Context) -> WhatIfInput:
     base = policy.check(request.url)
     if policy.is_loopback(base):
         return request
-    if await user_confirms(ctx, f"Calibrate what_if by sending a short probe load to {base} (about 290 requests "
-                                "at concurrency 4-32, once more if the host's speed moves under it)? This loads a "
-                                "live server."):
+    if await user_confirms(ctx, f"Calibrate what_if by sending a short probe load to {base} (about "
+                                f"{PROBE_REQUESTS} requests at concurrency 4-32, once more if the host's speed "
+                                "moves under it)? This loads a live server."):
         return request.model_copy(update={"confirm": True})
     return request
 
@@ -41,7 +42,8 @@ def register(mcp: MCPServer[Any]) -> None:
         mcp, name="what_if", title="Predict a flag or load change",
         description=(
             "Predict what a flag or load change does to TTFT, ITL and throughput: vLLM's scheduler simulated with "
-            "step times calibrated on this server (from_result sends nothing; probe=true sends ~290 requests). "
+            f"step times calibrated on this server (from_result sends nothing; probe=true sends ~{PROBE_REQUESTS} "
+            "requests). "
             "Ask it before proposing a restart."
         ),
         input_model=WhatIfInput, output_model=WhatIfOutput, run=_run, annotations=_MAY_PROBE,

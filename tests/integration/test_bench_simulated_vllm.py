@@ -37,10 +37,11 @@ async def _finished(url: str) -> float:
 
 async def test_simulated_search_sends_only_the_verify_run(vllm_server: VllmServer, tmp_path: Path) -> None:
     saved = []
-    for i, p in enumerate(QUICK_PROBE):  # the calibration: three saved runs, as an operator would have them
+    for i, p in enumerate(QUICK_PROBE):  # the calibration: the accuracy protocol's probe loads, saved
         out = await run_benchmark(RunBenchmarkInput(
             url=vllm_server.url, concurrency=p.concurrency, num_prompts=p.num_prompts, input_len=p.input_len,
-            output_len=p.output_len, seed=i, warmup_requests=1, save_result=str(tmp_path), label=f"cal-{i}"))
+            output_len=p.output_len, range_ratio=p.range_ratio, seed=i, warmup_requests=1, save_result=str(tmp_path),
+            label=f"cal-{i}"))
         assert out.result_path is not None and out.result is not None and out.result.failed == 0
         saved.append(str(Path(out.result_path).parent))
 

@@ -18,7 +18,7 @@ def simulated_probe(engine: EngineConfig, true: StepModel) -> Iterator[tuple[int
     """Each default probe load (seed = its index) and the summary `true` gives it."""
     for i, p in enumerate(DEFAULT_PROBE):
         req = RunBenchmarkInput(url="http://127.0.0.1:1", concurrency=p.concurrency, num_prompts=p.num_prompts,
-                                input_len=p.input_len, output_len=p.output_len, seed=i)
+                                input_len=p.input_len, output_len=p.output_len, range_ratio=p.range_ratio, seed=i)
         load = load_from_request(req)
         yield i, p, load, summarize(run(engine, true, load), load, engine, true, percentiles=[50.0, 90.0])
 

@@ -11,16 +11,20 @@ import pytest
 from vllm_tune.tools.bench.api import RunBenchmarkInput
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.whatif.accuracy import (
+    BENCH_SEED,
     CASES,
+    PROOF_SEED,
     QUICK_PROBE,
+    RUNS_OF_A_CASE,
     Case,
     CaseOutcome,
     calibration_line,
     evaluate_saved,
     failures,
+    probe_base,
     queue_share,
 )
-from vllm_tune.tools.whatif.calibrate import Calibration, Residual
+from vllm_tune.tools.whatif.calibrate import Calibration, Residual, probe_seed_layout
 from vllm_tune.tools.whatif.results import load_from_request, summarize
 from vllm_tune.tools.whatif.simulate import EngineConfig, StepModel, run
 
@@ -96,7 +100,7 @@ def test_the_protocol_replayed_on_saved_runs_recovers_the_server_that_made_them(
     case = next(c for c in CASES if "--max-num-batched-tokens" in c.flags)
     seed = 104
     b_engine = A_ENGINE.model_copy(update={"max_num_batched_tokens": 256})
-    results = [_saved(A_ENGINE, p.model_dump(), 10 * seed + i) for i, p in enumerate(QUICK_PROBE)]
+    results = [_saved(A_ENGINE, p.model_dump(), probe_base(seed) + i) for i, p in enumerate(QUICK_PROBE)]
     results += [_saved(A_ENGINE, case.reference_load, seed), _saved(A_ENGINE, case.reference_load, seed + 3000),
                 _saved(b_engine, case.load, seed + 1000), _saved(b_engine, case.load, seed + 2000)]
     cal, outcome = evaluate_saved(results, seed, case)
@@ -137,9 +141,9 @@ def test_a_replay_fits_on_the_second_probe_when_the_first_moved_more() -> None:
     seed, size = 100, len(QUICK_PROBE) + 1
     slow = TRUE.model_copy(update={k: 1.6 * getattr(TRUE, k) for k in ("fixed_s", "per_decode_seq_s",
                                                                         "per_prefill_token_s")})
-    first = [_saved(A_ENGINE, p.model_dump(), 10 * seed + i, slow) for i, p in enumerate(QUICK_PROBE)]
-    first.append(_saved(A_ENGINE, QUICK_PROBE[0].model_dump(), 10 * seed + len(QUICK_PROBE)))
-    second = [_saved(A_ENGINE, p.model_dump(), 10 * seed + size + i) for i, p in enumerate([*QUICK_PROBE,
+    first = [_saved(A_ENGINE, p.model_dump(), probe_base(seed) + i, slow) for i, p in enumerate(QUICK_PROBE)]
+    first.append(_saved(A_ENGINE, QUICK_PROBE[0].model_dump(), probe_base(seed) + len(QUICK_PROBE)))
+    second = [_saved(A_ENGINE, p.model_dump(), probe_base(seed) + size + i) for i, p in enumerate([*QUICK_PROBE,
                                                                                           QUICK_PROBE[0]])]
     runs = [_saved(A_ENGINE, case.reference_load, seed), _saved(A_ENGINE, case.reference_load, seed + 3000),
             _saved(A_ENGINE, case.load, seed + 1000), _saved(A_ENGINE, case.load, seed + 2000)]
@@ -181,3 +185,17 @@ def test_held_out_summary_counts_judged_predictions_per_kind_of_metric() -> None
     assert (p50["judged"], p50["within_target"], p50["worst_error"]) == (2, 1, 0.25)
     assert out["kinds"]["p90"]["target"] == 0.35 and out["kinds"]["p90"]["within_target"] == 1
     assert out["directions"] == {"judged": 1, "right": 0}
+
+
+def test_no_two_runs_of_the_protocol_draw_their_prompts_from_one_seed() -> None:
+    # A seed drawn twice repeats its prompts, which the server's prefix cache then serves: a probe fitted on them
+    # reads a cheap prefill. Every case's two probes (a retake) and four runs, in the bench's and the proof's seeds.
+    seeds: list[int] = []
+    for first in (BENCH_SEED, PROOF_SEED):
+        for i in range(len(CASES)):
+            seed = first + i
+            for attempt in (0, 1):
+                points, again = probe_seed_layout(probe_base(seed), len(QUICK_PROBE), attempt)
+                seeds += [*points, again]
+            seeds += [seed + offset for _name, offset, _on_b in RUNS_OF_A_CASE]
+    assert len(seeds) == len(set(seeds))

@@ -13,11 +13,14 @@ from support.simulated_runs import as_saved, simulated_probe
 from vllm_tune.tools.bench.api import RunBenchmarkInput
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.whatif.calibrate import (
+    DEFAULT_PROBE,
     Observed,
+    ProbePoint,
     calibrate_from_results,
     engine_from,
     fit,
     load_calibration,
+    observed_from_result,
     save,
 )
 from vllm_tune.tools.whatif.fit import nonnegative_least_squares, solve
@@ -185,25 +188,20 @@ def test_fit_recovers_an_intake_gap_beside_the_in_flight_share() -> None:
     assert ungapped.max_abs_relative_error > max(0.05, 3 * cal.max_abs_relative_error)
 
 
-def _staggered_run(model: StepModel) -> Observed:
-    # A closed loop of eight whose lengths spread by half (run_benchmark's range_ratio): its requests finish, and are
-    # sent again, at different steps.
-    req = RunBenchmarkInput(url="http://127.0.0.1:1", concurrency=8, num_prompts=48, input_len=512, output_len=64,
-                            range_ratio=0.5, seed=21)
-    load = load_from_request(req)
-    return Observed("staggered", load, summarize(run(ENGINE, model, load), load, ENGINE, model,
-                                                  percentiles=[50.0, 90.0]))
+def _lockstep_runs(model: StepModel) -> list[Observed]:
+    """The default probe's runs but its last, whose spread lengths stagger its closed loop."""
+    return [o for o, p in zip(_synthetic_runs(model), DEFAULT_PROBE, strict=True) if not p.range_ratio]
 
 
 def test_fit_tells_a_burst_from_the_requests_in_flight_only_where_a_run_sent_requests_apart() -> None:
     # As on the suite's server (bench/bench_request_path.py --intake): the requests of a burst are taken in together,
     # each waiting 2 ms for each other one, while a request sent on its own waits its hand-off with seven streams
-    # in flight. In the probe's closed loops of equal lengths the bursts are the loop's waves, and the two counts
-    # move together.
+    # in flight. In closed loops of equal lengths the bursts are the loop's waves, and the two counts move together.
     bursty = TRUE.model_copy(update={"overhead_per_request_sent_alongside_s": 0.002})
-    blind = fit(_synthetic_runs(bursty), ENGINE, source="results").step_model
+    blind = fit(_lockstep_runs(bursty), ENGINE, source="results").step_model
     assert blind.overhead_per_request_sent_alongside_s == 0.0  # not fitted: nothing tells it apart
-    got = fit([*_synthetic_runs(bursty), _staggered_run(bursty)], ENGINE, source="results").step_model
+    # The default probe's last point spreads its lengths, and sends its requests apart.
+    got = fit(_synthetic_runs(bursty), ENGINE, source="results").step_model
     assert got.overhead_per_request_sent_alongside_s == pytest.approx(0.002, rel=0.25)
     assert got.overhead_per_request_in_flight_s < 0.0005
     # The max_num_batched_tokens case of the accuracy protocol: 700-token prompts chunked at 256 stagger a closed
@@ -221,7 +219,7 @@ def test_fit_tells_a_burst_from_the_requests_in_flight_only_where_a_run_sent_req
     # A hand-off that does grow with the requests in flight is still found as such beside a staggered run: the cost
     # per request sent alongside is kept only where it reproduces the runs better.
     crowded = TRUE.model_copy(update={"overhead_per_request_in_flight_s": 0.0015})
-    found = fit([*_synthetic_runs(crowded), _staggered_run(crowded)], ENGINE, source="results").step_model
+    found = fit(_synthetic_runs(crowded), ENGINE, source="results").step_model
     assert found.overhead_per_request_in_flight_s == pytest.approx(0.0015, rel=0.2)
     assert found.overhead_per_request_sent_alongside_s < 0.0003
 
@@ -287,7 +285,8 @@ def test_fit_recovers_the_spread_of_each_requests_decode_time() -> None:
 
 
 @pytest.mark.anyio
-async def test_each_probe_draws_fresh_prompts_unless_given_a_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_each_probe_draws_fresh_prompts_unless_given_a_seed(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
     # A probe that repeated an earlier probe's prompts would be served from the prefix cache.
     from vllm_tune.tools.whatif import calibrate as cal_mod
 
@@ -300,14 +299,14 @@ async def test_each_probe_draws_fresh_prompts_unless_given_a_seed(monkeypatch: p
     monkeypatch.setattr(cal_mod, "run_benchmark", fake_run)
     for seed in (None, None, 40):
         with pytest.raises(BadInputError, match="stop after"):
-            await cal_mod.probe("http://127.0.0.1:1", seed=seed)
+            await cal_mod.probe("http://127.0.0.1:1", seed=seed, save_result=str(tmp_path))
     assert seeds[0] != seeds[1] and seeds[2] == 40
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(("slower", "named"), [(1.4, True), (1.05, False)])
 async def test_a_probe_runs_its_first_point_again_and_names_a_host_that_changed_speed(
-        monkeypatch: pytest.MonkeyPatch, slower: float, named: bool) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, slower: float, named: bool) -> None:
     # The suite's 2-core VM ran the same probe point at TPOT 1.5 and 2.3 ms ten minutes apart; a calibration taken
     # while the host slowed mispredicts every variant alike. The repeat is measured, not fitted.
     from vllm_tune.tools.whatif import calibrate as cal_mod
@@ -325,7 +324,7 @@ async def test_a_probe_runs_its_first_point_again_and_names_a_host_that_changed_
         return SimpleNamespace(result=SimpleNamespace(model_dump=lambda mode="json": res))
 
     monkeypatch.setattr(cal_mod, "run_benchmark", fake_run)
-    observed, engine, conditions = await cal_mod.probe("http://127.0.0.1:1", seed=7)
+    observed, engine, conditions = await cal_mod.probe("http://127.0.0.1:1", seed=7, save_result=str(tmp_path))
     assert labels == [f"probe-{i}" for i in range(len(cal_mod.DEFAULT_PROBE))] + ["probe-0-again"]
     assert len(observed) == len(cal_mod.DEFAULT_PROBE)  # the repeat is not fitted
     assert conditions["probe_drift"]["change"] == pytest.approx(slower - 1)
@@ -339,7 +338,7 @@ async def test_a_probe_runs_its_first_point_again_and_names_a_host_that_changed_
 @pytest.mark.anyio
 @pytest.mark.parametrize(("slower", "probes"), [(1.5, 2), (1.05, 1)])
 async def test_a_probe_the_host_moved_under_is_taken_again_once(
-        monkeypatch: pytest.MonkeyPatch, slower: float, probes: int) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, slower: float, probes: int) -> None:
     # The first probe's repeat runs `slower`; the second probe is steady. Beyond PROBE_DRIFT_NOTE the probe is taken
     # once more on new prompts (seeds after the first probe's) and the steadier one is kept.
     from vllm_tune.tools.whatif import calibrate as cal_mod
@@ -359,13 +358,43 @@ async def test_a_probe_the_host_moved_under_is_taken_again_once(
 
     monkeypatch.setattr(cal_mod, "run_benchmark", fake_run)
     size = len(cal_mod.DEFAULT_PROBE) + 1
-    observed, engine, conditions = await cal_mod.probe_steadily("http://127.0.0.1:1", seed=7, retries=3)
+    observed, engine, conditions = await cal_mod.probe_steadily("http://127.0.0.1:1", seed=7, retries=3,
+                                                                save_result=str(tmp_path))
     assert seeds == list(range(7, 7 + probes * size))  # one retry is enough once a probe holds still
     assert [d["change"] for d in conditions["probe_drifts"]] == pytest.approx([slower - 1, 0.0][:probes])
     assert conditions["seed"] == 7 + (probes - 1) * size  # the probe kept
     assert abs(conditions["probe_drift"]["change"]) < 0.06
     notes = fit(observed, engine, source="probe", conditions=conditions).notes
     assert any("probed 2 times" in n for n in notes) == (probes == 2)
+
+
+@pytest.mark.anyio
+async def test_a_probe_point_with_spread_lengths_runs_and_is_fitted_at_them(monkeypatch: pytest.MonkeyPatch,
+                                                                           tmp_path: Path) -> None:
+    # accuracy.QUICK_PROBE's staggered point: run_benchmark draws each request's lengths within +/- range_ratio, and
+    # the fit simulates the run at those draws, also from a saved result without its per-request lengths.
+    from vllm_tune.tools.whatif import calibrate as cal_mod
+
+    point = ProbePoint(concurrency=8, input_len=64, output_len=128, num_prompts=16, range_ratio=0.5)
+    requests: list[RunBenchmarkInput] = []
+
+    async def fake_run(req: RunBenchmarkInput) -> Any:
+        requests.append(req)
+        load = load_from_request(req)
+        res = as_saved(summarize(run(ENGINE, TRUE, load), load, ENGINE, TRUE, percentiles=[50.0, 90.0]), load, ENGINE,
+                       seed=req.seed or 0, concurrency=req.concurrency, input_len=req.input_len,
+                       output_len=req.output_len, server_url=req.url)
+        res["provenance"]["workload"]["range_ratio"] = req.range_ratio
+        return SimpleNamespace(result=SimpleNamespace(model_dump=lambda mode="json": res))
+
+    monkeypatch.setattr(cal_mod, "run_benchmark", fake_run)
+    observed, _engine, _conditions = await cal_mod.probe("http://127.0.0.1:1", points=[point], seed=7,
+                                                         save_result=str(tmp_path))
+    assert [r.range_ratio for r in requests] == [0.5, 0.5]  # the point and its repeat
+    lens = observed[0].load.lens
+    assert len(set(lens)) > 4 and all(32 <= i <= 96 and 64 <= o <= 192 for i, o in lens)
+    trimmed = {k: v for k, v in observed[0].result.items() if k not in ("input_lens", "output_lens")}
+    assert observed_from_result(trimmed).load.lens == lens
 
 
 def test_a_run_served_from_the_prefix_cache_is_named() -> None:

@@ -63,7 +63,7 @@ class Case:
         return self.ref_load if self.ref_load is not None else self.load
 
 
-# A shorter probe than the default (four closed loops, ~140 requests) so that it can run before every case.
+# A shorter probe than the default (five closed loops, ~190 requests) so that it can run before every case.
 # Outputs are long enough that the engine, not the start of the response stream, sets each request's time.
 # Four waves or more per point (the closed loop's first wave of simultaneous prefills is then not half the run):
 # with two, per-sequence costs fitted on probes minutes apart differed up to 2x on the suite's 2-core host.
@@ -72,6 +72,10 @@ QUICK_PROBE = [
     ProbePoint(concurrency=8, input_len=64, output_len=128, num_prompts=48),
     ProbePoint(concurrency=32, input_len=128, output_len=96, num_prompts=128),
     ProbePoint(concurrency=8, input_len=512, output_len=64, num_prompts=48),
+    # Point 1 again with lengths spread by half: its requests finish and are replaced one at a time, where the
+    # others' equal lengths send them in waves, so the fit can tell a cost per request in flight from one per
+    # request sent at the same instant (StepModel.overhead_per_request_sent_alongside_s).
+    ProbePoint(concurrency=8, input_len=64, output_len=128, num_prompts=48, range_ratio=0.5),
 ]
 
 
@@ -223,7 +227,7 @@ async def run_case(a_url: str, a_flags: dict[str, str], start: StartServer, case
     # served from the prefix cache, which the simulator does not model. evaluate_saved() finds the runs by
     # these seeds.
     observed, engine, conditions = await probe_steadily(a_url, points=points or QUICK_PROBE, serve_flags=a_flags,
-                                                        save_result=save_result, seed=10 * seed)
+                                                        save_result=save_result, seed=probe_base(seed))
     # A and B alternate (A, B, A, B): the host's speed drifts over minutes on a shared machine (the same probe
     # point's TPOT 1.5-2.3 ms on the suite's 2-core VM within ten minutes), and pairs taken one after the
     # other would read a drift between them as the change from A to B. Alternated, a drift widens both
@@ -268,6 +272,17 @@ def evaluate(case: Case, seed: int, a_flags: dict[str, str], runs: CaseRuns) -> 
 BENCH_SEED, PROOF_SEED = 100, 200
 
 
+# A case's probes draw their prompts from seeds probe_base(its seed) on: room for two probes (probe_steadily's
+# retake) of up to nine points before the next case's, and apart from every run's seed (the case's seed + 0 to 3000):
+# a seed used twice repeats its prompts, which the prefix cache then serves. Runs saved before 2026-12-08 started at
+# ten times the case's seed, room for two probes of four points (a retake of five reached the next case's seeds).
+PROBE_SEED_BASE, PROBE_SEED_STRIDE, LEGACY_PROBE_SEED_STRIDE = 100_000, 20, 10
+
+
+def probe_base(seed: int) -> int:
+    return PROBE_SEED_BASE + PROBE_SEED_STRIDE * seed
+
+
 def saved_seed(path: str | Path) -> int:
     """The first case's seed of a saved run, from its name: proof-* runs are the integration test's."""
     return PROOF_SEED if Path(path).name.startswith("proof-") else BENCH_SEED
@@ -294,7 +309,11 @@ def evaluate_saved(results: list[dict[str, Any]], seed: int, case: Case,
     """evaluate() on the saved results of an earlier run_case (its seed picks the case's runs out of them): the
     whole protocol again, offline, for a changed model or fit."""
     by_seed = results_by_seed(results)
-    probe_seeds = probe_seed_layout(10 * seed, len(QUICK_PROBE))[0]
+    # The fit takes the points QUICK_PROBE has of those the saved probe ran (runs saved before the fifth point
+    # have four).
+    base, saved_points = saved_probe_layout(by_seed, seed)
+    used = min(saved_points, len(QUICK_PROBE))
+    probe_seeds = probe_seed_layout(base, saved_points)[0][:used]
     run_seeds = [seed + offset for _name, offset, _on_b in RUNS_OF_A_CASE]
     wanted = [*probe_seeds, *run_seeds]
     missing = [s for s in wanted if s not in by_seed]
@@ -304,7 +323,8 @@ def evaluate_saved(results: list[dict[str, Any]], seed: int, case: Case,
     conditions: dict[str, Any] = {"replayed": True}
     attempts: list[tuple[list[int], dict[str, float]]] = []
     for attempt in (0, 1):
-        seeds, again = probe_seed_layout(10 * seed, len(QUICK_PROBE), attempt)
+        seeds, again = probe_seed_layout(base, saved_points, attempt)
+        seeds = seeds[:used]
         drift = probe_drift(by_seed[seeds[0]], by_seed[again]) if all(s in by_seed for s in (*seeds, again)) else None
         if drift is None:
             break
@@ -320,6 +340,23 @@ def evaluate_saved(results: list[dict[str, Any]], seed: int, case: Case,
     ref, got, ref_again, b_again = (by_seed[s] for s in run_seeds)
     runs = CaseRuns(observed, engine, conditions, ref, got, ref_again, b_again)
     return evaluate(case, seed, a_flags or {}, runs)
+
+
+def saved_probe_points(by_seed: dict[int, dict[str, Any]], base: int) -> int:
+    """How many points the saved probe starting at seed `base` ran (its runs are labelled probe-0, probe-1, ...)."""
+    n = 0
+    while str((by_seed.get(base + n) or {}).get("label")) == f"probe-{n}":
+        n += 1
+    return n
+
+
+def saved_probe_layout(by_seed: dict[int, dict[str, Any]], seed: int) -> tuple[int, int]:
+    """The first seed and the number of points of the probe saved for the case with this seed: from probe_base(seed),
+    or from ten times the seed for runs saved before 2026-12-08; unlabelled results take the current layout."""
+    for base in (probe_base(seed), LEGACY_PROBE_SEED_STRIDE * seed):
+        if points := saved_probe_points(by_seed, base):
+            return base, points
+    return probe_base(seed), len(QUICK_PROBE)
 
 
 def calibration_line(cal: Calibration) -> str:

@@ -63,19 +63,25 @@ class ProbePoint(BaseModel):
     input_len: int = Field(ge=1, le=100_000)
     output_len: int = Field(ge=2, le=4096)
     num_prompts: int = Field(ge=4, le=2000)
+    # Lengths drawn within +/- this share of input_len and output_len (run_benchmark's range_ratio): requests then
+    # finish, and a closed loop sends their successors, one at a time instead of in waves.
+    range_ratio: float = Field(default=0.0, ge=0, lt=1)
 
 
-# Short by design: about 290 requests, spanning batch size and prompt length so that the per-sequence and
+# Short by design: about 330 requests, spanning batch size and prompt length so that the per-sequence and
 # per-prompt-token costs are told apart, with outputs long enough that the engine rather than the start of
 # the response stream sets each request's time. No single-stream point: on a busy host a lone
 # stream stalls far more per token than a batch does (measured on the suite's CPU server), which no
-# per-step cost model reproduces and which would skew the fit for every other load.
+# per-step cost model reproduces and which would skew the fit for every other load. The last point spreads its
+# lengths so that its closed loop sends requests one at a time rather than in waves, as accuracy.QUICK_PROBE's
+# fifth point does (which took five runs of the accuracy bench from 14 misses to 8).
 DEFAULT_PROBE = [
     ProbePoint(concurrency=4, input_len=32, output_len=128, num_prompts=24),
     ProbePoint(concurrency=16, input_len=64, output_len=128, num_prompts=64),
     ProbePoint(concurrency=8, input_len=512, output_len=64, num_prompts=40),
     ProbePoint(concurrency=32, input_len=128, output_len=96, num_prompts=96),
     ProbePoint(concurrency=16, input_len=384, output_len=64, num_prompts=64),
+    ProbePoint(concurrency=8, input_len=64, output_len=128, num_prompts=40, range_ratio=0.5),
 ]
 
 
@@ -165,7 +171,7 @@ def observed_from_result(result: dict[str, Any], label: str | None = None) -> Ob
         arrival=load.get("arrival") or "poisson", burstiness=float(load.get("burstiness") or 1.0),
         max_concurrency=load.get("max_concurrency") if load.get("concurrency") is None else None,
         input_len=int(work.get("input_len") or 256), output_len=int(work.get("output_len") or 128),
-        seed=int(prov.get("seed") or 0))
+        range_ratio=float(work.get("range_ratio") or 0.0), seed=int(prov.get("seed") or 0))
     lengths = list(zip(result.get("input_lens") or [], result.get("output_lens") or [], strict=False))
     sim_load = load_from_request(req, lengths or None)
     name = label or str(result.get("label") or f"c={req.concurrency}" if req.concurrency else f"rate={req.rate}")
@@ -609,7 +615,8 @@ async def probe(url: str, *, points: list[ProbePoint] | None = None, model: str 
 
     def request(point: ProbePoint, seed: int, label: str, warmup: int) -> RunBenchmarkInput:
         return RunBenchmarkInput(url=url, model=model, concurrency=point.concurrency, num_prompts=point.num_prompts,
-                                 input_len=point.input_len, output_len=point.output_len, confirm=confirm,
+                                 input_len=point.input_len, output_len=point.output_len,
+                                 range_ratio=point.range_ratio, confirm=confirm,
                                  save_result=results_root, seed=seed, warmup_requests=warmup,
                                  serve_flags=dict(serve_flags or {}), label=label)
 
