@@ -18,7 +18,7 @@ from vllm_tune.cli.main import main
 from vllm_tune.tools.bench.api import RunBenchmarkInput, run_benchmark
 from vllm_tune.tools.errors import BadInputError
 from vllm_tune.tools.whatif.api import simulate_capacity
-from vllm_tune.tools.whatif.calibrate import calibrate_from_results, load_calibration, save
+from vllm_tune.tools.whatif.calibrate import DEFAULT_PROBE, calibrate_from_results, load_calibration, save
 from vllm_tune.tools.whatif.capacity import parse_simulate
 from vllm_tune.tools.whatif.simulate import EngineConfig, StepModel
 
@@ -65,7 +65,7 @@ async def test_simulated_search_predicts_the_capacity_of_the_model_it_was_calibr
     cal = load_calibration(calibration)
     own = [abs(r.relative_error) for r in cal.residuals if "ttft" in r.metric or "throughput" in r.metric]
     assert sim.uncertainty_bound == max(own) and sim.max_abs_relative_error == cal.max_abs_relative_error
-    assert f"{max(own):.0%}" in sim.uncertainty and sim.calibration_runs == 5
+    assert f"{max(own):.0%}" in sim.uncertainty and sim.calibration_runs == len(DEFAULT_PROBE)
     saved = json.loads(Path(out.result_path or "").read_text())
     assert saved["vllm_tune"] == {"run_id": out.run_id, "kind": "capacity", "simulated": True}
     assert saved["capacity"]["capacity"] == cap.capacity
